@@ -1,0 +1,95 @@
+// trtspec draft-verification kernels: torch-free launchers on raw pointers.
+//
+// Every op has a CPU launcher (namespace trtspec::cpu, cpp/src/*.cpp) and a CUDA launcher with the
+// same arguments plus an explicit stream (namespace trtspec::cuda, cpp/src/*.cu). Semantics are
+// those of trtspec/reference.py, which is the specification; shapes below use its names.
+// All tensors are dense, row-major and contiguous. Launchers validate sizes and return a Status
+// instead of throwing; the CPU path also validates tree structure, token ids and probabilities
+// (the CUDA path clamps what it reads, so no input can make it read or write out of bounds, and
+// reports invalid data through a status word in device memory where the op has one).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "trtspec/status.h"
+
+#ifndef __CUDACC__
+typedef struct CUstream_st* cudaStream_t;  // same declaration as cuda_runtime_api.h
+#endif
+
+namespace trtspec {
+
+// Documented limits (checked by every launcher and binding).
+constexpr int32_t kMaxBatch = 1 << 20;
+constexpr int32_t kMaxNodes = 4096;      // N, nodes per tree including the root
+constexpr int32_t kMaxBlockDraft = 1024; // D for verify_block
+
+enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+inline int32_t maskWords(int32_t numNodes) { return (numNodes + 31) / 32; }
+
+namespace cpu {
+
+// parents int32 [B,N]; numNodes int32 [B] or nullptr (= N for all);
+// packedMask int32 [B,N,ceil(N/32)], depth/firstChild/nextSibling int32 [B,N].
+Status treeMetadata(const int32_t* parents, const int32_t* numNodes, int32_t batch, int32_t nodes,
+                    int32_t* packedMask, int32_t* depth, int32_t* firstChild, int32_t* nextSibling);
+
+// tokens int64 [B,N]; parents int32 [B,N]; logits [B,N,V] of `dtype`; numNodes [B] or nullptr;
+// acceptedLen int32 [B]; acceptedNodes int32 [B,maxDepth+1]; bonusToken int64 [B].
+Status verifyGreedy(const int64_t* tokens, const int32_t* parents, const void* logits, DType dtype,
+                    const int32_t* numNodes, int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth,
+                    int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken);
+
+// targetProbs, draftProbs float32 [B,N,V]; otherwise as verifyGreedy.
+Status verifySample(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
+                    int64_t vocab, int32_t maxDepth, uint64_t seed, uint64_t offset,
+                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                    int64_t* bonusToken);
+
+// draftTokens int64 [B,D]; targetProbs float32 [B,D+1,V]; draftProbs float32 [B,D,V];
+// acceptedLen int32 [B]; bonusToken int64 [B].
+Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                   int32_t batch, int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset,
+                   int32_t* acceptedLen, int64_t* bonusToken);
+
+// acceptedNodes int32 [B,L]; acceptedLen, cacheLens int32 [B];
+// src, dst int32 [B,L]; newCacheLens int32 [B].
+Status acceptedKvIndices(const int32_t* acceptedNodes, const int32_t* acceptedLen, const int32_t* cacheLens,
+                         int32_t batch, int32_t pathLen, int32_t* src, int32_t* dst, int32_t* newCacheLens);
+
+}  // namespace cpu
+
+namespace cuda {
+
+// Bytes of device workspace each launcher needs (0 where none); pass at least that many bytes,
+// 256-byte aligned, as `workspace`.
+size_t verifySampleWorkspaceSize(int32_t batch, int64_t vocab);
+size_t verifyBlockWorkspaceSize(int32_t batch, int32_t draftLen, int64_t vocab);
+
+Status treeMetadata(const int32_t* parents, const int32_t* numNodes, int32_t batch, int32_t nodes,
+                    int32_t* packedMask, int32_t* depth, int32_t* firstChild, int32_t* nextSibling,
+                    cudaStream_t stream);
+
+Status verifyGreedy(const int64_t* tokens, const int32_t* parents, const void* logits, DType dtype,
+                    const int32_t* numNodes, int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth,
+                    int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken, cudaStream_t stream);
+
+Status verifySample(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
+                    int64_t vocab, int32_t maxDepth, uint64_t seed, uint64_t offset,
+                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                    int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream);
+
+Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                   int32_t batch, int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset,
+                   int32_t* acceptedLen, int64_t* bonusToken, void* workspace, size_t workspaceBytes,
+                   cudaStream_t stream);
+
+Status acceptedKvIndices(const int32_t* acceptedNodes, const int32_t* acceptedLen, const int32_t* cacheLens,
+                         int32_t batch, int32_t pathLen, int32_t* src, int32_t* dst, int32_t* newCacheLens,
+                         cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace trtspec
