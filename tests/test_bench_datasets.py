@@ -61,7 +61,7 @@ def test_builtin_sample_covers_every_category_with_five_prompts():
 
 
 def test_builtin_code_prompts_come_from_heldout_files():
-    files = {f.name for f in ds.heldout_files()}
+    files = {ds._rel(f) for f in ds.heldout_files()}
     code = ds.stdlib_code_prompts(6)
     assert len(code) == 6
     for p in code:
@@ -147,3 +147,15 @@ def test_render_turn_with_and_without_chat_template():
     assert ds.render_turn(p, 1, ["4"], _TemplateTokenizer()) == "<user>What is 2+2?<assistant>4<user>And 3+3?<assistant>"
     with pytest.raises(ValueError, match="needs 1 earlier answers"):
         ds.render_turn(p, 1, [])
+    code = ds.stdlib_code_prompts(1)[0]
+    assert ds.render_turn(code, 0, tokenizer=_TemplateTokenizer()) == code.turns[0]  # raw completion
+
+
+def test_chat_template_read_from_model_dir(tmp_path):
+    assert ds.load_chat_template(tmp_path) is None
+    template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "</s>"}))
+    tpl = ds.load_chat_template(tmp_path)
+    assert ds.render_turn(_prompts()[1], 1, ["4"], tpl) == (
+        "<|user|>What is 2+2?</s><|assistant|>4</s><|user|>And 3+3?</s><|assistant|>")

@@ -290,26 +290,36 @@ def builtin_sample(*, code_prompts: int = 0) -> list[Prompt]:
 
 
 def heldout_files() -> list[Path]:
-    """Standard-library files held out from the demo pair's training.
+    """Standard-library files held out from the demo pair's training, sorted.
 
-    Uses ``trtspec.zoo.data.heldout_files()`` when the zoo provides it. Otherwise the rule is:
-    the top-level ``*.py`` files of this interpreter's standard library (``sysconfig`` path
-    ``stdlib``) whose file name's SHA-256 starts with a byte below 32 (a fixed, name-determined
-    1/8 of the library), sorted by name.
+    In order of preference: ``trtspec.zoo.data.heldout_files()``; else the zoo's own split rule
+    (``trtspec.zoo.data.list_stdlib_files()`` filtered by ``trtspec.zoo.data.is_heldout``); else,
+    without the zoo, the top-level ``*.py`` files of this interpreter's standard library
+    (``sysconfig`` path ``stdlib``) whose file name's SHA-256 starts with a byte below 32 (a fixed,
+    name-determined 1/8 of the library).
     """
-    try:
-        from trtspec.zoo.data import heldout_files as zoo_heldout  # type: ignore[import-not-found]
-    except ImportError:
-        zoo_heldout = None
-    if zoo_heldout is not None:
-        return [Path(p) for p in zoo_heldout()]
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    return sorted(
-        p for p in stdlib.glob("*.py") if hashlib.sha256(p.name.encode()).digest()[0] < 32
-    )
+    try:
+        from trtspec.zoo import data as zoo_data
+    except ImportError:
+        zoo_data = None
+    if zoo_data is not None and hasattr(zoo_data, "heldout_files"):
+        return sorted(Path(p) for p in zoo_data.heldout_files())
+    if zoo_data is not None and hasattr(zoo_data, "is_heldout") and hasattr(zoo_data, "list_stdlib_files"):
+        root = Path(zoo_data.stdlib_root()) if hasattr(zoo_data, "stdlib_root") else stdlib
+        return [root / rel for rel in zoo_data.list_stdlib_files(root) if zoo_data.is_heldout(rel)]
+    return sorted(p for p in stdlib.glob("*.py") if hashlib.sha256(p.name.encode()).digest()[0] < 32)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return path.relative_to(Path(sysconfig.get_paths()["stdlib"])).as_posix()
+    except ValueError:
+        return path.name
 
 
 def _code_prompts_from_file(path: Path, context_lines: int) -> list[Prompt]:
+    rel = _rel(path)
     try:
         source = path.read_text(encoding="utf-8")
         tree = ast.parse(source)
@@ -327,8 +337,8 @@ def _code_prompts_from_file(path: Path, context_lines: int) -> list[Prompt]:
         start = max(0, (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1 - context_lines)
         text = "\n".join(lines[start:doc.end_lineno]) + "\n"
         out.append(Prompt(
-            question_id=f"stdlib-{path.stem}-{node.name}", category="coding", sub_category="stdlib_completion",
-            turns=(text,), source=STDLIB_SOURCE, src_id=f"{path.name}:{node.lineno}", difficulty="",
+            question_id=f"stdlib-{rel}-{node.name}", category="coding", sub_category="stdlib_completion",
+            turns=(text,), source=STDLIB_SOURCE, src_id=f"{rel}:{node.lineno}", difficulty="",
             multiturn=False,
         ))
     return out
@@ -352,17 +362,52 @@ def stdlib_code_prompts(n: int, *, context_lines: int = 12, per_file: int = 2) -
 # chat templating
 
 
+class ChatTemplate:
+    """A Jinja chat template read from a model directory, with the HF ``apply_chat_template``
+    call shape (text only). Used when the runtime's tokenizer is a plain ``tokenizers.Tokenizer``."""
+
+    def __init__(self, template: str, **specials: str):
+        self.chat_template = template
+        self._specials = specials
+
+    def apply_chat_template(self, messages, tokenize: bool = False, add_generation_prompt: bool = True) -> str:
+        if tokenize:
+            raise ValueError("tokenize=True: ChatTemplate renders text only; encode the result with the tokenizer")
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        return env.from_string(self.chat_template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **self._specials)
+
+
+def load_chat_template(model_dir: str | Path) -> ChatTemplate | None:
+    """The chat template of an HF model directory (``chat_template.jinja`` or the
+    ``chat_template`` field of ``tokenizer_config.json``), or None when it has none."""
+    model_dir = Path(model_dir)
+    jinja = model_dir / "chat_template.jinja"
+    cfg_path = model_dir / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+    template = jinja.read_text(encoding="utf-8") if jinja.is_file() else cfg.get("chat_template")
+    if isinstance(template, list):  # named templates: take "default"
+        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+    if not template:
+        return None
+    specials = {k: v for k, v in cfg.items() if k in ("bos_token", "eos_token") and isinstance(v, str)}
+    return ChatTemplate(template, **specials)
+
+
 def has_chat_template(tokenizer: Any) -> bool:
-    """True when ``tokenizer`` is an HF tokenizer carrying a chat template."""
+    """True when ``tokenizer`` (HF tokenizer or :class:`ChatTemplate`) carries a chat template."""
     return bool(getattr(tokenizer, "chat_template", None)) and hasattr(tokenizer, "apply_chat_template")
 
 
 def render_turn(prompt: Prompt, turn: int, answers: Sequence[str] = (), tokenizer: Any = None) -> str:
     """The text sent for ``prompt.turns[turn]`` given the model's earlier ``answers``.
 
-    With a tokenizer that has a chat template, the conversation (user/assistant messages) is
-    rendered by it with the generation prompt added. Otherwise (no template, raw completion
-    models such as the demo pair), earlier turns and answers are joined by blank lines.
+    With a ``tokenizer`` (HF tokenizer or :class:`ChatTemplate`) that has a chat template, the
+    conversation (user/assistant messages) is rendered by it with the generation prompt added.
+    Otherwise, and always for held-out code prompts (``source == STDLIB_SOURCE``, raw code
+    completion), earlier turns and answers are joined by blank lines.
     """
     if not 0 <= turn < len(prompt.turns):
         raise IndexError(f"turn={turn}: question {prompt.question_id!r} has {len(prompt.turns)} turns")
@@ -373,7 +418,7 @@ def render_turn(prompt: Prompt, turn: int, answers: Sequence[str] = (), tokenize
         messages.append({"role": "user", "content": prompt.turns[i]})
         if i < turn:
             messages.append({"role": "assistant", "content": answers[i]})
-    if tokenizer is not None and has_chat_template(tokenizer):
+    if tokenizer is not None and has_chat_template(tokenizer) and prompt.source != STDLIB_SOURCE:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return "\n\n".join(m["content"] for m in messages)
 
