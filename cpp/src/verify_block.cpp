@@ -1,0 +1,100 @@
+// CPU launcher of verify_block: block verification of a chain (Sun et al., ICLR 2025,
+// arXiv 2403.10444). Mirrors reference.verify_block operation for operation.
+//
+// tau is the largest i with eta_i <= h_i, so the loop runs from i = D downwards and stops at the
+// first success: rows past tau are never read and each residual r_i is formed at most once more
+// (for the bonus). Uniform draws: eta_i is draw i-1, the bonus is draw D.
+#include "cpu_common.h"
+#include "trtspec/random.h"
+
+namespace trtspec {
+namespace cpu {
+namespace {
+
+// dst = float32(max(w * p - q, 0)) with float64 maths; returns false on an invalid entry.
+inline bool residual(const float* p, const float* q, double w, float* dst, int64_t v) {
+    bool bad = false;
+    for (int64_t i = 0; i < v; ++i) {
+        bad |= detail::badProb(p[i]) | detail::badProb(q[i]);
+        const double d = w * static_cast<double>(p[i]) - static_cast<double>(q[i]);
+        dst[i] = static_cast<float>(d < 0.0 ? 0.0 : d);
+    }
+    return !bad;
+}
+
+}  // namespace
+
+Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                   int32_t batch, int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset,
+                   int32_t* acceptedLen, int64_t* bonusToken) {
+    if (batch < 0 || batch > kMaxBatch || draftLen < 0 || draftLen > kMaxBlockDraft || vocab < 1)
+        return Status::kInvalidArgument;
+    if (batch > 0 && (!targetProbs || !acceptedLen || !bonusToken || (draftLen > 0 && (!draftTokens || !draftProbs))))
+        return Status::kInvalidArgument;
+    const int32_t D = draftLen;
+    const double work = static_cast<double>(batch) * static_cast<double>(vocab) * 4;
+    return detail::parallelFor(batch, detail::numThreads(batch, work), [&](int32_t b0, int32_t b1) {
+        std::vector<float> buf(vocab);
+        std::vector<double> w(D + 1);
+        for (int32_t b = b0; b < b1; ++b) {
+            acceptedLen[b] = 0;
+            bonusToken[b] = 0;
+            const int64_t* tok = draftTokens + static_cast<int64_t>(b) * D;
+            auto target = [&](int32_t i) { return targetProbs + (static_cast<int64_t>(b) * (D + 1) + i) * vocab; };
+            auto draft = [&](int32_t i) { return draftProbs + (static_cast<int64_t>(b) * D + i) * vocab; };
+            auto eta = [&](uint64_t k) { return uniform(seed, offset, static_cast<uint64_t>(b), k); };
+            for (int32_t i = 0; i < D; ++i)
+                if (tok[i] < 0 || tok[i] >= vocab) return Status::kInvalidToken;
+            // w_i = min(1, w_{i-1} p_{i-1}(X_i) / q_{i-1}(X_i))
+            w[0] = 1.0;
+            for (int32_t i = 1; i <= D; ++i) {
+                const int64_t x = tok[i - 1];
+                const float px = target(i - 1)[x], qx = draft(i - 1)[x];
+                if (detail::badProb(px) || detail::badProb(qx)) return Status::kInvalidProbability;
+                if (qx > 0.0f) {
+                    const double v = w[i - 1] * static_cast<double>(px) / static_cast<double>(qx);
+                    w[i] = v < 1.0 ? v : 1.0;
+                } else {
+                    w[i] = px > 0.0f ? 1.0 : 0.0;
+                }
+            }
+            // tau = largest i in 1..D with eta_i <= h_i; h_D = w_D, h_i = |r_i| / (|r_i| + 1 - w_i)
+            int32_t tau = 0;
+            if (D >= 1 && eta(D - 1) <= w[D]) {
+                tau = D;
+            } else {
+                for (int32_t i = D - 1; i >= 1; --i) {
+                    if (!residual(target(i), draft(i), w[i], buf.data(), vocab)) return Status::kInvalidProbability;
+                    const double mass = detail::seqSum(buf.data(), vocab);
+                    const double den = mass + 1.0 - w[i];
+                    const double h = den > 0.0 ? mass / den : 1.0;
+                    if (eta(i - 1) <= h) {
+                        tau = i;
+                        break;
+                    }
+                }
+            }
+            // bonus ~ normalize(r_tau) if tau < D (target row tau if rounding emptied r_tau), else ~ p_D
+            const float* p = target(D);
+            double total = 0.0;
+            if (tau < D) {
+                if (!residual(target(tau), draft(tau), w[tau], buf.data(), vocab)) return Status::kInvalidProbability;
+                total = detail::seqSum(buf.data(), vocab);
+                p = buf.data();
+                if (!(total > 0.0)) {
+                    p = target(tau);
+                    if (!detail::checkedSum(p, vocab, &total)) return Status::kInvalidProbability;
+                }
+            } else if (!detail::checkedSum(p, vocab, &total)) {
+                return Status::kInvalidProbability;
+            }
+            if (!(total > 0.0)) return Status::kInvalidProbability;
+            bonusToken[b] = detail::sampleRow(p, vocab, total, eta(static_cast<uint64_t>(D)));
+            acceptedLen[b] = tau;
+        }
+        return Status::kSuccess;
+    });
+}
+
+}  // namespace cpu
+}  // namespace trtspec

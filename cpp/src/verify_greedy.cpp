@@ -1,0 +1,139 @@
+// CPU launcher of verify_greedy: follow the target's argmax down the tree (see reference.py).
+//
+// The argmax is fused into the walk and reads only the logits rows of visited nodes. It works on
+// an order-preserving integer key of each element's bits (sign-magnitude -> two's complement,
+// -0 == +0), which orders float32/float16/bfloat16 values exactly like comparing them as floats,
+// so no conversion is needed and the block maximum vectorises. Ties go to the lowest index and a
+// NaN counts as the maximum (first NaN wins), both as torch.argmax.
+#include <climits>
+
+#include "cpu_common.h"
+
+namespace trtspec {
+namespace cpu {
+namespace {
+
+template <typename U>
+struct Bits;
+template <>
+struct Bits<uint32_t> {  // float32
+    static constexpr uint32_t kSign = 0x80000000u, kMag = 0x7FFFFFFFu, kInf = 0x7F800000u;
+};
+template <uint32_t Inf>
+struct Bits16 {
+    static constexpr uint32_t kSign = 0x8000u, kMag = 0x7FFFu, kInf = Inf;
+};
+struct HalfBits : Bits16<0x7C00u> {};
+struct BF16Bits : Bits16<0x7F80u> {};
+
+template <typename U, typename B>
+inline int32_t key(U v) {
+    const uint32_t mag = static_cast<uint32_t>(v) & B::kMag;
+    return (static_cast<uint32_t>(v) & B::kSign) ? -static_cast<int32_t>(mag) : static_cast<int32_t>(mag);
+}
+
+// argmax of row[0..v): ties -> lowest index, NaN is the maximum (first NaN wins).
+template <typename U, typename B>
+int64_t argmaxRow(const U* row, int64_t v) {
+    constexpr int64_t kBlock = 2048;
+    int32_t best = INT32_MIN;
+    int64_t bestBlock = 0;
+    for (int64_t start = 0; start < v; start += kBlock) {
+        const int64_t len = std::min(kBlock, v - start);
+        const U* blk = row + start;
+        int32_t bmax = INT32_MIN;
+        uint32_t nan = 0;
+        for (int64_t i = 0; i < len; ++i) {  // vectorisable: integer max + flag
+            const uint32_t mag = static_cast<uint32_t>(blk[i]) & B::kMag;
+            const int32_t k = key<U, B>(blk[i]);
+            bmax = k > bmax ? k : bmax;
+            nan |= static_cast<uint32_t>(mag > B::kInf);
+        }
+        if (nan) {
+            for (int64_t i = 0; i < len; ++i)
+                if ((static_cast<uint32_t>(blk[i]) & B::kMag) > B::kInf) return start + i;
+        }
+        if (bmax > best || start == 0) {
+            best = bmax;
+            bestBlock = start;
+        }
+    }
+    const int64_t len = std::min(kBlock, v - bestBlock);
+    for (int64_t i = 0; i < len; ++i)
+        if (key<U, B>(row[bestBlock + i]) == best) return bestBlock + i;
+    return bestBlock;  // unreachable
+}
+
+template <typename U, typename B>
+Status run(const int64_t* tokens, const int32_t* parents, const U* logits, const int32_t* numNodes,
+           int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth, int32_t* acceptedLen,
+           int32_t* acceptedNodes, int64_t* bonusToken) {
+    const int64_t width = static_cast<int64_t>(maxDepth) + 1;
+    const double work = static_cast<double>(batch) * (static_cast<double>(vocab) * 2 + nodes);
+    return detail::parallelFor(batch, detail::numThreads(batch, work), [&](int32_t b0, int32_t b1) {
+        detail::TreeScratch tree(nodes);
+        for (int32_t b = b0; b < b1; ++b) {
+            int32_t* path = acceptedNodes + b * width;
+            std::fill(path, path + width, -1);
+            acceptedLen[b] = 0;
+            bonusToken[b] = 0;
+            int32_t n = 0, deepest = 0;
+            Status s = detail::requestNodes(numNodes, b, nodes, &n);
+            if (s != Status::kSuccess) return s;
+            const int32_t* par = parents + static_cast<int64_t>(b) * nodes;
+            const int64_t* tok = tokens + static_cast<int64_t>(b) * nodes;
+            s = detail::buildTree(par, n, tree.firstChild.data(), tree.nextSibling.data(), tree.lastChild.data(),
+                                  tree.depth.data(), &deepest);
+            if (s != Status::kSuccess) return s;
+            if (deepest > maxDepth) return Status::kTreeTooDeep;
+            for (int32_t i = 1; i < n; ++i)
+                if (tok[i] < 0 || tok[i] >= vocab) return Status::kInvalidToken;
+            int32_t u = 0, len = 0;
+            int64_t t = 0;
+            path[0] = 0;
+            while (true) {
+                t = argmaxRow<U, B>(logits + (static_cast<int64_t>(b) * nodes + u) * vocab, vocab);
+                int32_t next = -1;
+                for (int32_t c = tree.firstChild[u]; c >= 0; c = tree.nextSibling[c])
+                    if (tok[c] == t) {
+                        next = c;  // first matching child in index order
+                        break;
+                    }
+                if (next < 0) break;
+                u = next;
+                path[++len] = u;  // len <= depth(u) <= maxDepth
+            }
+            acceptedLen[b] = len;
+            bonusToken[b] = t;
+        }
+        return Status::kSuccess;
+    });
+}
+
+}  // namespace
+
+Status verifyGreedy(const int64_t* tokens, const int32_t* parents, const void* logits, DType dtype,
+                    const int32_t* numNodes, int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth,
+                    int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken) {
+    if (batch < 0 || batch > kMaxBatch || nodes < 1 || nodes > kMaxNodes || vocab < 1 || maxDepth < 0 ||
+        maxDepth >= kMaxNodes)
+        return Status::kInvalidArgument;
+    if (batch > 0 && (!tokens || !parents || !logits || !acceptedLen || !acceptedNodes || !bonusToken))
+        return Status::kInvalidArgument;
+    switch (dtype) {
+        case DType::kFloat32:
+            return run<uint32_t, Bits<uint32_t>>(tokens, parents, static_cast<const uint32_t*>(logits), numNodes,
+                                                 batch, nodes, vocab, maxDepth, acceptedLen, acceptedNodes,
+                                                 bonusToken);
+        case DType::kFloat16:
+            return run<uint16_t, HalfBits>(tokens, parents, static_cast<const uint16_t*>(logits), numNodes, batch,
+                                           nodes, vocab, maxDepth, acceptedLen, acceptedNodes, bonusToken);
+        case DType::kBFloat16:
+            return run<uint16_t, BF16Bits>(tokens, parents, static_cast<const uint16_t*>(logits), numNodes, batch,
+                                           nodes, vocab, maxDepth, acceptedLen, acceptedNodes, bonusToken);
+    }
+    return Status::kInvalidArgument;
+}
+
+}  // namespace cpu
+}  // namespace trtspec

@@ -1,0 +1,119 @@
+// CPU launcher of verify_sample: multi-draft recursive rejection sampling over a tree, with or
+// without replacement among siblings (see reference.py for the maths; this mirrors it operation
+// for operation: float32 residuals, sequential float64 sums, the same uniform draw order).
+//
+// Only what the walk needs is read: p(x), q(x) for an accept test, the full rows of p and q after
+// a rejection, and the bonus row. Every value read is checked (NaN/Inf/negative -> error).
+#include "cpu_common.h"
+#include "trtspec/random.h"
+
+namespace trtspec {
+namespace cpu {
+namespace {
+
+// dst = max(p - q, 0) in float32 (dst may alias p); returns false on an invalid entry.
+inline bool residual(const float* p, const float* q, float* dst, int64_t v) {
+    bool bad = false;
+    for (int64_t i = 0; i < v; ++i) {
+        bad |= detail::badProb(p[i]) | detail::badProb(q[i]);
+        const float d = p[i] - q[i];
+        dst[i] = d < 0.0f ? 0.0f : d;
+    }
+    return !bad;
+}
+
+// w <- w / sum(w) (float64 division, rounded to float32) unless the sum is 0.
+inline void normalizeInPlace(float* w, int64_t v) {
+    const double total = detail::seqSum(w, v);
+    if (!(total > 0.0)) return;
+    for (int64_t i = 0; i < v; ++i) w[i] = static_cast<float>(static_cast<double>(w[i]) / total);
+}
+
+}  // namespace
+
+Status verifySample(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
+                    int64_t vocab, int32_t maxDepth, uint64_t seed, uint64_t offset,
+                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                    int64_t* bonusToken) {
+    if (batch < 0 || batch > kMaxBatch || nodes < 1 || nodes > kMaxNodes || vocab < 1 || maxDepth < 0 ||
+        maxDepth >= kMaxNodes)
+        return Status::kInvalidArgument;
+    if (batch > 0 && (!tokens || !parents || !targetProbs || !draftProbs || !acceptedLen || !acceptedNodes ||
+                      !bonusToken))
+        return Status::kInvalidArgument;
+    const int64_t width = static_cast<int64_t>(maxDepth) + 1;
+    const double work = static_cast<double>(batch) * (static_cast<double>(vocab) * 4 + nodes);
+    return detail::parallelFor(batch, detail::numThreads(batch, work), [&](int32_t b0, int32_t b1) {
+        detail::TreeScratch tree(nodes);
+        std::vector<float> pbuf(vocab), qbuf(vocab);
+        for (int32_t b = b0; b < b1; ++b) {
+            int32_t* path = acceptedNodes + b * width;
+            std::fill(path, path + width, -1);
+            acceptedLen[b] = 0;
+            bonusToken[b] = 0;
+            int32_t n = 0, deepest = 0;
+            Status s = detail::requestNodes(numNodes, b, nodes, &n);
+            if (s != Status::kSuccess) return s;
+            const int32_t* par = parents + static_cast<int64_t>(b) * nodes;
+            const int64_t* tok = tokens + static_cast<int64_t>(b) * nodes;
+            s = detail::buildTree(par, n, tree.firstChild.data(), tree.nextSibling.data(), tree.lastChild.data(),
+                                  tree.depth.data(), &deepest);
+            if (s != Status::kSuccess) return s;
+            if (deepest > maxDepth) return Status::kTreeTooDeep;
+            for (int32_t i = 1; i < n; ++i)
+                if (tok[i] < 0 || tok[i] >= vocab) return Status::kInvalidToken;
+
+            auto row = [&](const float* base, int32_t node) {
+                return base + (static_cast<int64_t>(b) * nodes + node) * vocab;
+            };
+            uint64_t k = 0;
+            int32_t u = 0, len = 0;
+            path[0] = 0;
+            const float* p = row(targetProbs, 0);  // current target distribution (a row or pbuf)
+            bool descended = true;
+            while (descended) {
+                descended = false;
+                const float* q = row(draftProbs, u);  // a row, or qbuf once a sibling was removed
+                for (int32_t c = tree.firstChild[u]; c >= 0; c = tree.nextSibling[c]) {
+                    const int64_t x = tok[c];
+                    const double r = uniform(seed, offset, static_cast<uint64_t>(b), k++);
+                    const float px = p[x], qx = q[x];
+                    if (detail::badProb(px) || detail::badProb(qx)) return Status::kInvalidProbability;
+                    if (r * static_cast<double>(qx) < static_cast<double>(px)) {  // accept: prob min(1, p/q)
+                        u = c;
+                        path[++len] = c;
+                        p = row(targetProbs, c);
+                        descended = true;
+                        break;
+                    }
+                    // residual after a rejection: p <- normalize(max(p - q, 0))
+                    if (!residual(p, q, pbuf.data(), vocab)) return Status::kInvalidProbability;
+                    normalizeInPlace(pbuf.data(), vocab);
+                    p = pbuf.data();
+                    if (siblingsWithoutReplacement) {  // q(x) <- 0; q <- normalize(q)
+                        if (q != qbuf.data()) std::copy(q, q + vocab, qbuf.data());
+                        qbuf[x] = 0.0f;
+                        normalizeInPlace(qbuf.data(), vocab);
+                        q = qbuf.data();
+                    }
+                }
+            }
+            // bonus ~ p; if rounding emptied the residual, ~ the target row of the last accepted node
+            const float* target = row(targetProbs, u);
+            double total = 0.0;
+            if (!detail::checkedSum(p, vocab, &total)) return Status::kInvalidProbability;
+            if (!(total > 0.0) && p != target) {
+                p = target;
+                if (!detail::checkedSum(p, vocab, &total)) return Status::kInvalidProbability;
+            }
+            if (!(total > 0.0)) return Status::kInvalidProbability;
+            bonusToken[b] = detail::sampleRow(p, vocab, total, uniform(seed, offset, static_cast<uint64_t>(b), k));
+            acceptedLen[b] = len;
+        }
+        return Status::kSuccess;
+    });
+}
+
+}  // namespace cpu
+}  // namespace trtspec
