@@ -1,0 +1,256 @@
+"""Generation backends of the trtspec Triton model.
+
+* :class:`ReferenceBackend`: the trtspec runtime with continuous batching. One background thread
+  owns the engine (``Pipeline.engine()``): it admits queued requests (``add_request``), calls
+  ``step()`` while there is work, and hands each request's new tokens to that request's callback.
+* :class:`TrtllmBackend`: ``tensorrt_llm.LLM`` built from the bundle's ``llm_api.yaml`` (GPU).
+
+Both take a validated :class:`~trtspec.triton.protocol.GenerationRequest` and a callback
+``emit(Chunk)`` that is called from a backend thread: pieces of text while streaming, then exactly
+one chunk with ``final=True`` (carrying an ``error`` when the request failed). A failure of one
+request never stops the backend.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from trtspec.triton.bundle import BundleLayout
+from trtspec.triton.protocol import Chunk, GenerationRequest, IncrementalText, ModelSettings, RequestError
+
+Emit = Callable[[Chunk], None]
+log = logging.getLogger("trtspec.triton")
+
+
+def choose_backend(settings: ModelSettings) -> tuple[str, str]:
+    """``(backend, reason)``: ``tensorrt_llm`` when asked for, or on ``auto`` when importable with a GPU."""
+    import importlib.util
+
+    if settings.backend != "auto":
+        return settings.backend, f"backend: {settings.backend} in model.yaml"
+    if importlib.util.find_spec("tensorrt_llm") is None:
+        return "trtspec", "tensorrt_llm is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "trtspec", "no CUDA GPU is visible"
+    return "tensorrt_llm", f"tensorrt_llm is installed and {torch.cuda.device_count()} GPU(s) are visible"
+
+
+def _stat(stats, *names: str) -> int:
+    for name in names:
+        value = getattr(stats, name, None) if not isinstance(stats, dict) else stats.get(name)
+        if value is not None:
+            return int(value)
+    return 0
+
+
+@dataclass
+class _Active:
+    request: GenerationRequest
+    emit: Emit
+    text: IncrementalText
+    new_tokens: int = 0
+
+
+class ReferenceBackend:
+    """The trtspec runtime behind a continuous-batching loop (CPU or GPU torch)."""
+
+    name = "trtspec"
+
+    def __init__(self, bundle: BundleLayout, settings: ModelSettings, *, device: str = "cpu") -> None:
+        from trtspec.runtime import load_pipeline
+
+        kwargs = dict(drafter=bundle.drafter, draft_len=bundle.draft_len, device=device)
+        if bundle.draft_len_schedule:
+            kwargs["draft_len_schedule"] = bundle.draft_len_schedule
+        self.settings = settings
+        self.pipeline = load_pipeline(str(bundle.target), str(bundle.draft) if bundle.draft else None, **kwargs)
+        self.tokenizer = self.pipeline.tokenizer
+        self.engine = self.pipeline.engine()
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[str, list[int], _Active]] = deque()
+        self._active: dict[str, _Active] = {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="trtspec-engine", daemon=True)
+        self._thread.start()
+
+    # -- called from Triton's execute thread --------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        enc = self.tokenizer.encode(text)
+        return list(getattr(enc, "ids", enc))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+    def submit(self, request: GenerationRequest, emit: Emit) -> None:
+        """Queue a request; :class:`RequestError` (before queueing) for a prompt that is too long."""
+        prompt_ids = self.encode(request.prompt)
+        if not prompt_ids:
+            raise RequestError("text_input: the prompt encodes to no tokens")
+        if len(prompt_ids) > self.settings.max_prompt_tokens:
+            raise RequestError(f"text_input: prompt of {len(prompt_ids)} tokens exceeds the limit of "
+                               f"{self.settings.max_prompt_tokens} tokens")
+        rid = f"r{next(self._ids)}"
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("the model is shutting down")
+            self._queue.append((rid, prompt_ids, _Active(request, emit, IncrementalText(self.decode))))
+            self._cond.notify()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout)
+        for rid, _, active in list(self._queue):
+            self._finish_error(active, "the model was unloaded before this request ran")
+        for active in list(self._active.values()):
+            self._finish_error(active, "the model was unloaded while this request ran")
+
+    # -- the engine thread ----------------------------------------------------------------------
+    def _params(self, r: GenerationRequest):
+        """The runtime's ``SamplingParams`` from the request (fields it does not have are left out)."""
+        import dataclasses
+
+        from trtspec.runtime.params import SamplingParams
+
+        wanted = dict(max_new_tokens=r.max_tokens, temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
+                      seed=r.seed)
+        names = {f.name for f in dataclasses.fields(SamplingParams)}
+        return SamplingParams(**{k: v for k, v in wanted.items() if k in names})
+
+    @staticmethod
+    def _send(active: _Active, chunk: Chunk) -> None:
+        try:
+            active.emit(chunk)
+        except Exception:  # a client that went away must not stop the engine
+            log.exception("sending a response failed")
+
+    def _finish_error(self, active: _Active, message: str) -> None:
+        self._send(active, Chunk(text="", final=True, error=message))
+
+    def _admit(self) -> None:
+        while self._queue and len(self._active) < self.settings.max_active:
+            rid, prompt_ids, active = self._queue.popleft()
+            try:
+                self.engine.add_request(rid, prompt_ids, self._params(active.request))
+            except Exception as e:
+                log.exception("add_request failed")
+                self._finish_error(active, f"request rejected by the engine: {e}")
+                continue
+            self._active[rid] = active
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._queue and not self._active:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                self._admit()
+            if not self._active:
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as e:  # fail the batch, keep serving with a fresh engine
+                log.exception("engine step failed")
+                failed, self._active = self._active, {}
+                for active in failed.values():
+                    self._finish_error(active, f"generation failed: {type(e).__name__}: {e}")
+                self.engine = self.pipeline.engine()
+                continue
+            for out in outputs:
+                active = self._active.get(out.request_id)
+                if active is None:
+                    continue
+                self._deliver(out, active)
+
+    def _deliver(self, out, active: _Active) -> None:
+        new_ids = list(out.new_token_ids)
+        active.new_tokens += len(new_ids)
+        piece = active.text.push(new_ids)
+        if not out.finished:
+            if active.request.stream and piece:
+                self._send(active, Chunk(text=piece, final=False))
+            return
+        del self._active[out.request_id]
+        rest = active.text.finish()
+        self._send(active, Chunk(text=piece + rest if active.request.stream else active.text.emitted, final=True,
+                                 accepted_draft_tokens=_stat(out.stats, "accepted_tokens", "accepted_draft_tokens"),
+                                 draft_tokens=_stat(out.stats, "draft_tokens", "drafted_tokens")))
+
+
+class TrtllmBackend:
+    """``tensorrt_llm.LLM(target, **llm_api.yaml)`` served through its asyncio API (GPU machines)."""
+
+    name = "tensorrt_llm"
+
+    def __init__(self, bundle: BundleLayout, settings: ModelSettings) -> None:
+        import asyncio
+
+        from tensorrt_llm import LLM
+
+        options = dict(bundle.llm_api)
+        spec = dict(options.get("speculative_config") or {})
+        if bundle.draft is not None and spec:
+            spec["speculative_model"] = str(bundle.draft)
+            options["speculative_config"] = spec
+        try:  # turn the YAML blocks into TensorRT-LLM's typed configs, as trtllm-serve --config does
+            from tensorrt_llm.llmapi.llm_args import update_llm_args_with_extra_dict
+
+            options = update_llm_args_with_extra_dict({"model": str(bundle.target)}, options)
+            options.pop("model", None)
+        except ImportError:
+            pass
+        self.settings = settings
+        self.llm = LLM(model=str(bundle.target), **options)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="trtllm-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: GenerationRequest, emit: Emit) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self._run(request, emit), self._loop)
+
+    async def _run(self, r: GenerationRequest, emit: Emit) -> None:
+        from tensorrt_llm import SamplingParams
+
+        try:
+            params = SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p,
+                                    top_k=r.top_k or None, seed=r.seed, return_perf_metrics=r.perf_metrics)
+            sent, output = "", None
+            async for output in self.llm.generate_async(r.prompt, params, streaming=r.stream):
+                text = output.outputs[0].text
+                if r.stream and not output.finished and len(text) > len(sent):
+                    emit(Chunk(text=text[len(sent):], final=False))
+                    sent = text
+            text = output.outputs[0].text if output is not None else ""
+            metrics = getattr(output.outputs[0], "request_perf_metrics", None) if output is not None else None
+            spec = getattr(metrics, "speculative_decoding", None)
+            emit(Chunk(text=text[len(sent):] if r.stream else text, final=True,
+                       accepted_draft_tokens=_stat(spec, "total_accepted_draft_tokens"),
+                       draft_tokens=_stat(spec, "total_draft_tokens")))
+        except Exception as e:
+            log.exception("tensorrt_llm request failed")
+            emit(Chunk(text="", final=True, error=f"generation failed: {type(e).__name__}: {e}"))
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)
+        self.llm.shutdown()
+
+
+def load_backend(bundle: BundleLayout, settings: ModelSettings):
+    """The backend :func:`choose_backend` picks, and the reason; logs the choice."""
+    name, reason = choose_backend(settings)
+    log.info("trtspec Triton model: serving %s with %s (%s)", bundle.root, name, reason)
+    if name == "tensorrt_llm":
+        return TrtllmBackend(bundle, settings), reason
+    return ReferenceBackend(bundle, settings), reason

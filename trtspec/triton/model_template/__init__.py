@@ -1,0 +1,1 @@
+"""The Triton model copied into repositories (``model.py``); packaged so installs carry it."""
