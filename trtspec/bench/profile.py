@@ -1,0 +1,239 @@
+"""Device cost profile: the target's step time T(B, tokens per request) and the drafter's step
+time on this device, measured with trtspec's runtime models, written as ``cost_table.json``.
+
+One *target step* verifies ``tokens`` new tokens for each of B requests (``tokens = D + 1`` for a
+chain of D drafts) on top of ``context_len`` cached tokens: one forward of ``[B, tokens]`` through
+the decoder plus ``lm_head`` on every new token. One *draft step* is the same forward of the draft
+model (``tokens = 1`` is one autoregressive draft token; larger values are the catch-up after
+acceptance). Each point: ``warmup`` untimed calls, then ``repeats`` timed calls, the **median**
+in seconds (CUDA is synchronised around each call).
+
+Format (``trtspec.cost_table/v1``, read by ``trtspec plan --calibration``)::
+
+    {"format": "trtspec.cost_table/v1", "device": "cpu (...)",
+     "target": {"<B>": {"<tokens_per_request>": seconds}}, "draft": {...}, "source": "...",
+     "context_len": int, "dtype": str, "warmup": int, "repeats": int}
+"""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+COST_TABLE_FORMAT = "trtspec.cost_table/v1"
+
+
+def _ints(values: Sequence[int], name: str) -> tuple[int, ...]:
+    out = tuple(int(v) for v in values)
+    if not out or any(v < 1 for v in out) or len(set(out)) != len(out):
+        raise ValueError(f"{name}={list(values)}: expected distinct positive integers")
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Grid and timing of ``trtspec profile``.
+
+    ``batch_sizes`` (default 1, 2, 4, 8, 16) requests per step; ``tokens`` (default 1..9, i.e.
+    D + 1 for D = 0..8) new tokens per request; ``draft_tokens`` (default 1, 2, 4) for the draft
+    model; ``context_len`` cached tokens per request (default 128); ``warmup`` (default 3) and
+    ``repeats`` (default 5) calls per point; ``device`` ('cpu' or 'cuda'); ``dtype`` ('float32',
+    'bfloat16', 'float16').
+    """
+
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+    tokens: tuple[int, ...] = tuple(range(1, 10))
+    draft_tokens: tuple[int, ...] = (1, 2, 4)
+    context_len: int = 128
+    warmup: int = 3
+    repeats: int = 5
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "batch_sizes", _ints(self.batch_sizes, "batch_sizes"))
+        object.__setattr__(self, "tokens", _ints(self.tokens, "tokens"))
+        object.__setattr__(self, "draft_tokens", _ints(self.draft_tokens, "draft_tokens"))
+        if self.context_len < 1:
+            raise ValueError(f"context_len={self.context_len}: expected >= 1")
+        if self.warmup < 0 or self.repeats < 1:
+            raise ValueError(f"warmup={self.warmup}, repeats={self.repeats}: expected warmup >= 0, repeats >= 1")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device={self.device!r}: expected 'cpu' or 'cuda[:N]'")
+
+
+def device_name(device: str) -> str:
+    """A human-readable device name, e.g. ``cpu (x86_64, 2 threads)`` or the CUDA device name."""
+    import torch
+
+    if device.startswith("cuda"):
+        return f"cuda ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def time_call(fn: Callable[[], Any], *, warmup: int, repeats: int, sync: Callable[[], None] = lambda: None) -> float:
+    """Median seconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def step_fn(model: Any, batch: int, tokens: int, context_len: int) -> Callable[[], Any]:
+    """A closure running one step of ``model`` (a ``trtspec.runtime.models.Transformer``):
+    ``[batch, tokens]`` new tokens after ``context_len`` cached ones, causal within the block,
+    with logits for every new token."""
+    import torch
+
+    dev = model.lm_head.weight.device
+    slots = context_len + tokens + 1
+    cache = model.new_cache(batch, slots)
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (batch, tokens), generator=g).to(dev)
+    pos = (context_len + torch.arange(tokens)).expand(batch, tokens).to(dev)
+    rows = torch.arange(batch, device=dev)
+    j = torch.arange(context_len + tokens)
+    mask = (j[None, :] <= (context_len + torch.arange(tokens))[:, None])[None].expand(batch, -1, -1).to(dev)
+
+    @torch.inference_mode()
+    def run():
+        hidden, _ = model(ids, pos, cache, rows, pos, mask)
+        return model.logits(hidden)
+
+    return run
+
+
+def measure(model: Any, batch_sizes: Sequence[int], tokens: Sequence[int], cfg: ProfileConfig,
+            progress: Callable[[], None] | None = None) -> dict[str, dict[str, float]]:
+    """``{"<B>": {"<tokens>": median seconds}}`` for ``model`` over the grid."""
+    import torch
+
+    sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
+    table: dict[str, dict[str, float]] = {}
+    for b in batch_sizes:
+        row = table.setdefault(str(b), {})
+        for t in tokens:
+            row[str(t)] = time_call(step_fn(model, b, t, cfg.context_len), warmup=cfg.warmup,
+                                    repeats=cfg.repeats, sync=sync)
+            if progress is not None:
+                progress()
+    return table
+
+
+@dataclass
+class CostTable:
+    """A measured cost table; ``target[B][tokens]`` and ``draft[B][tokens]`` in seconds."""
+
+    device: str
+    target: dict[str, dict[str, float]]
+    draft: dict[str, dict[str, float]] = field(default_factory=dict)
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": COST_TABLE_FORMAT, "device": self.device, "target": self.target, "draft": self.draft,
+                "source": self.source, **self.extra}
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    def target_s(self, batch: int, tokens: int) -> float:
+        """Target step seconds at (batch, tokens), linearly interpolated within the grid."""
+        return _lookup(self.target, batch, tokens, "target")
+
+    def draft_s(self, batch: int, tokens: int = 1) -> float:
+        return _lookup(self.draft, batch, tokens, "draft")
+
+
+def _interp(xs: list[int], x: float) -> tuple[int, int, float]:
+    if x <= xs[0]:
+        return xs[0], xs[0], 0.0
+    if x >= xs[-1]:
+        return xs[-1], xs[-1], 0.0
+    for lo, hi in zip(xs, xs[1:]):
+        if lo <= x <= hi:
+            return lo, hi, (x - lo) / (hi - lo)
+    raise AssertionError("unreachable")
+
+
+def _lookup(table: dict[str, dict[str, float]], batch: int, tokens: int, name: str) -> float:
+    if not table:
+        raise KeyError(f"cost table has no {name!r} entries")
+    bs = sorted(int(b) for b in table)
+    b0, b1, wb = _interp(bs, batch)
+
+    def at(b: int) -> float:
+        ts = sorted(int(t) for t in table[str(b)])
+        t0, t1, wt = _interp(ts, tokens)
+        row = table[str(b)]
+        return (1 - wt) * row[str(t0)] + wt * row[str(t1)]
+
+    return (1 - wb) * at(b0) + wb * at(b1)
+
+
+def load_cost_table(path: str | Path) -> CostTable:
+    """Read and validate a ``cost_table.json`` (format, positive seconds, integer keys)."""
+    path = Path(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("format") != COST_TABLE_FORMAT:
+        raise ValueError(f"{path}: field 'format' must be {COST_TABLE_FORMAT!r}, got {data.get('format')!r}")
+    for part in ("target", "draft"):
+        tab = data.get(part)
+        if not isinstance(tab, dict) or (part == "target" and not tab):
+            raise ValueError(f"{path}: field {part!r} must be a mapping {{B: {{tokens: seconds}}}}")
+        for b, row in tab.items():
+            if not str(b).isdigit() or not isinstance(row, dict) or not row:
+                raise ValueError(f"{path}: {part}[{b!r}] must map a batch size to {{tokens: seconds}}")
+            for t, s in row.items():
+                if not str(t).isdigit() or not isinstance(s, (int, float)) or s <= 0:
+                    raise ValueError(f"{path}: {part}[{b}][{t!r}] must be a positive number of seconds, got {s!r}")
+    extra = {k: v for k, v in data.items() if k not in ("format", "device", "target", "draft", "source")}
+    return CostTable(str(data.get("device", "")), data["target"], data.get("draft", {}), str(data.get("source", "")),
+                     extra)
+
+
+def profile_pair(target_dir: str | Path, draft_dir: str | Path | None, cfg: ProfileConfig,
+                 progress: Callable[[], None] | None = None) -> CostTable:
+    """Measure the cost table of a target (and draft model, if given) on ``cfg.device``."""
+    import torch
+
+    from trtspec.runtime.models import load_model
+
+    dtype = getattr(torch, cfg.dtype)
+    target = load_model(target_dir, device=cfg.device, dtype=dtype).eval()
+    table = measure(target, cfg.batch_sizes, cfg.tokens, cfg, progress)
+    del target
+    draft: dict[str, dict[str, float]] = {}
+    if draft_dir is not None:
+        dm = load_model(draft_dir, device=cfg.device, dtype=dtype).eval()
+        draft = measure(dm, cfg.batch_sizes, cfg.draft_tokens, cfg, progress)
+    return CostTable(
+        device_name(cfg.device), table, draft,
+        source=(f"trtspec profile: target={target_dir}, draft={draft_dir}; forward of [B, tokens] after "
+                f"{cfg.context_len} cached tokens + lm_head; median of {cfg.repeats} after {cfg.warmup} warm-up; "
+                f"torch {torch.__version__}"),
+        extra={"context_len": cfg.context_len, "dtype": cfg.dtype, "warmup": cfg.warmup, "repeats": cfg.repeats},
+    )
+
+
+def grid_points(cfg: ProfileConfig, with_draft: bool) -> int:
+    """Number of timed points (for progress bars)."""
+    return len(cfg.batch_sizes) * (len(cfg.tokens) + (len(cfg.draft_tokens) if with_draft else 0))

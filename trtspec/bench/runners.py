@@ -1,0 +1,403 @@
+"""Runners that send SPEED-Bench prompts to a speculative decoder and collect acceptance.
+
+* :class:`LocalRunner` - trtspec's reference runtime (``trtspec.runtime.load_pipeline``) on a model
+  pair or a bundle; per-request counters come from each generation's ``SpecStats``.
+* :class:`OpenAIRunner` - a running server's ``/v1/completions`` with ``concurrency`` client
+  threads; acceptance comes from the server's Prometheus ``/metrics`` scraped before and after
+  each category (counters are global, so categories run one after another).
+* :class:`TritonRunner` - trtspec's Triton model through ``tritonclient`` (HTTP), reading the
+  outputs ``text_output``, ``acceptance_rate``, ``total_accepted_draft_tokens``, ``total_draft_tokens``.
+
+Multi-turn questions are answered turn by turn (each turn sees the earlier answers); a question's
+counters are the sums over its turns.
+"""
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from trtspec.bench import metrics as M
+from trtspec.bench.datasets import Prompt, render_turn
+from trtspec.bench.prometheus import SpecDelta, delta, parse_metrics, scrape
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Generation settings of a bench run.
+
+    ``max_new_tokens`` (default 64) per turn; ``temperature`` 0 = greedy; ``top_k`` 0 = off;
+    ``top_p`` 1 = off; ``seed`` for sampling; ``concurrency`` = requests in flight (the batch size
+    of the local runtime, client threads for servers), default 1; ``multiturn``: answer every
+    turn (default) or only the first.
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    concurrency: int = 1
+    multiturn: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens}: expected >= 1")
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature}: expected >= 0")
+        if self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k}: expected >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p}: expected in (0, 1]")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency={self.concurrency}: expected >= 1")
+
+
+@dataclass
+class RunOutput:
+    """What a runner measured. ``records``: per-request counters (acceptance fields are zero when
+    the runner only has server counters); ``category_deltas``: per-category Prometheus deltas
+    (server runners); ``texts``: generated answers per question id."""
+
+    records: list[M.RequestRecord]
+    wall_s: float
+    texts: dict[str, list[str]] = field(default_factory=dict)
+    category_deltas: dict[str, SpecDelta] = field(default_factory=dict)
+    source: str = ""
+
+
+def _turns(p: Prompt, cfg: RunConfig) -> int:
+    return len(p.turns) if cfg.multiturn else 1
+
+
+# ----------------------------------------------------------------------------------------------
+# local runtime
+
+
+def resolve_pair(path: str | Path) -> tuple[Path, Path | None, dict]:
+    """(target_dir, draft_dir or None, manifest) of a bundle directory (``manifest.json`` with
+    ``format: trtspec.bundle/v1``) whose ``target``/``draft`` entries are paths or ``{"path": ...}``
+    relative to the bundle, or of a plain model directory (then the draft is None)."""
+    path = Path(path)
+    manifest_path = path / "manifest.json"
+    if not manifest_path.is_file():
+        return path, None, {}
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+
+    def entry(key: str) -> Path | None:
+        value = manifest.get(key)
+        if isinstance(value, dict):
+            value = value.get("path") or value.get("dir")
+        return None if value is None else (path / value if not Path(value).is_absolute() else Path(value))
+
+    target = entry("target")
+    if target is None:
+        raise ValueError(f"bundle {path}: manifest.json has no 'target' entry (keys: {sorted(manifest)})")
+    return target, entry("draft"), manifest
+
+
+def record_from_stats(qid: str, category: str, stats: Any, output_tokens: int, latency_s: float) -> M.RequestRecord:
+    """A RequestRecord from the runtime's ``SpecStats`` (drafts, draft_tokens, accepted_tokens,
+    accepted_per_pos)."""
+    per_pos = getattr(stats, "accepted_per_pos", None)
+    return M.RequestRecord(
+        qid, category, int(stats.drafts), int(stats.accepted_tokens),
+        tuple(int(x) for x in per_pos) if per_pos is not None else None,
+        output_tokens, latency_s, int(getattr(stats, "draft_tokens", 0) or 0),
+    )
+
+
+def _merge(a: M.RequestRecord | None, b: M.RequestRecord) -> M.RequestRecord:
+    if a is None:
+        return b
+    pp = None
+    if a.accepted_per_pos is not None and b.accepted_per_pos is not None:
+        n = max(len(a.accepted_per_pos), len(b.accepted_per_pos))
+        pad = lambda t: tuple(t) + (0,) * (n - len(t))  # noqa: E731
+        pp = tuple(x + y for x, y in zip(pad(a.accepted_per_pos), pad(b.accepted_per_pos)))
+    return M.RequestRecord(a.question_id, a.category, a.num_drafts + b.num_drafts,
+                           a.accepted_tokens + b.accepted_tokens, pp, a.output_tokens + b.output_tokens,
+                           a.latency_s + b.latency_s, a.draft_tokens + b.draft_tokens)
+
+
+class LocalRunner:
+    """Runs prompts through a ``trtspec.runtime`` Pipeline in batches of ``cfg.concurrency``.
+
+    ``chat``: an object with ``apply_chat_template`` (see ``datasets.load_chat_template``) or None.
+    A request's latency is the wall time of the ``generate`` call that served it.
+    """
+
+    def __init__(self, pipeline: Any, *, chat: Any = None, source: str = "trtspec.runtime"):
+        self.pipeline = pipeline
+        self.chat = chat
+        self.source = source
+
+    @classmethod
+    def load(cls, target: str | Path, draft: str | Path | None = None, *, drafter: str = "draft_model",
+             draft_len: int = 4, verify: str = "greedy", device: str = "cpu", dtype: str = "float32") -> "LocalRunner":
+        """Load ``target`` (a model directory or bundle) and ``draft`` with ``trtspec.runtime.load_pipeline``."""
+        import torch
+
+        from trtspec.bench.datasets import load_chat_template
+        from trtspec.runtime import load_pipeline
+
+        target_dir, bundle_draft, manifest = resolve_pair(target)
+        draft = draft if draft is not None else bundle_draft
+        drafter = manifest.get("drafter", drafter) if manifest else drafter
+        pipe = load_pipeline(str(target_dir), None if draft is None else str(draft), drafter=drafter,
+                             draft_len=draft_len, verify=verify, device=device, dtype=getattr(torch, dtype))
+        return cls(pipe, chat=load_chat_template(target_dir),
+                   source=f"trtspec.runtime: target={target_dir}, draft={draft}, drafter={drafter}, D={draft_len}, "
+                          f"verify={verify}, device={device}")
+
+    def run(self, prompts: Sequence[Prompt], cfg: RunConfig, *, progress: Callable[[int], None] | None = None) -> RunOutput:
+        answers: dict[str, list[str]] = {p.question_id: [] for p in prompts}
+        records: dict[str, M.RequestRecord | None] = {p.question_id: None for p in prompts}
+        by_id = {p.question_id: p for p in prompts}
+        if len(by_id) != len(prompts):
+            raise ValueError("prompts: question_id values must be unique")
+        t0 = time.perf_counter()
+        max_turns = max((_turns(p, cfg) for p in prompts), default=0)
+        for turn in range(max_turns):
+            todo = [p for p in prompts if _turns(p, cfg) > turn]
+            for i in range(0, len(todo), cfg.concurrency):
+                batch = todo[i:i + cfg.concurrency]
+                texts = [render_turn(p, turn, answers[p.question_id], self.chat) for p in batch]
+                start = time.perf_counter()
+                gens = self.pipeline.generate(texts, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                              top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed)
+                took = time.perf_counter() - start
+                for p, g in zip(batch, gens):
+                    answers[p.question_id].append(g.text)
+                    rec = record_from_stats(p.question_id, p.category, g.stats, len(g.token_ids), took)
+                    records[p.question_id] = _merge(records[p.question_id], rec)
+                if progress is not None:
+                    progress(len(batch))
+        wall = time.perf_counter() - t0
+        return RunOutput([r for r in records.values() if r is not None], wall, answers, source=self.source)
+
+
+# ----------------------------------------------------------------------------------------------
+# OpenAI-compatible server
+
+
+class OpenAIRunner:
+    """``POST {base_url}/v1/completions`` with ``cfg.concurrency`` threads; acceptance from
+    ``metrics_url`` (default ``{base_url}/metrics``) scraped around each category.
+
+    ``engine``: 'auto' | 'vllm' | 'trtllm' | 'sglang' (metric names); ``draft_len``: the server's
+    fixed D (needed for TensorRT-LLM's step count and for the profile's length).
+    """
+
+    def __init__(self, base_url: str, model: str, *, metrics_url: str | None = None, engine: str = "auto",
+                 draft_len: int | None = None, api_key: str | None = None, timeout: float = 600.0, chat: Any = None):
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url={base_url!r}: expected http://host:port")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.metrics_url = metrics_url or f"{self.base_url}/metrics"
+        self.engine = engine
+        self.draft_len = draft_len
+        self.timeout = timeout
+        self.chat = chat
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def complete(self, session: Any, text: str, cfg: RunConfig) -> tuple[str, int]:
+        """One completion: (text, completion tokens from ``usage``)."""
+        body = {"model": self.model, "prompt": text, "max_tokens": cfg.max_new_tokens,
+                "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed}
+        if cfg.top_k:
+            body["top_k"] = cfg.top_k
+        resp = session.post(f"{self.base_url}/v1/completions", json=body, headers=self.headers, timeout=self.timeout)
+        if resp.status_code != 200:
+            raise RuntimeError(f"{self.base_url}/v1/completions answered {resp.status_code}: {resp.text[:300]}")
+        data = resp.json()
+        try:
+            out = data["choices"][0]["text"]
+            tokens = int(data["usage"]["completion_tokens"])
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise RuntimeError(f"/v1/completions: unexpected response (needs choices[0].text and "
+                               f"usage.completion_tokens): {json.dumps(data)[:300]}") from exc
+        return out, tokens
+
+    def _question(self, p: Prompt, cfg: RunConfig) -> tuple[M.RequestRecord, list[str]]:
+        import requests
+
+        answers: list[str] = []
+        tokens, start = 0, time.perf_counter()
+        with requests.Session() as session:
+            for turn in range(_turns(p, cfg)):
+                text, n = self.complete(session, render_turn(p, turn, answers, self.chat), cfg)
+                answers.append(text)
+                tokens += n
+        return M.RequestRecord(p.question_id, p.category, 0, 0, None, tokens, time.perf_counter() - start), answers
+
+    def run(self, prompts: Sequence[Prompt], cfg: RunConfig, *, progress: Callable[[int], None] | None = None) -> RunOutput:
+        groups: dict[str, list[Prompt]] = {}
+        for p in prompts:
+            groups.setdefault(p.category, []).append(p)
+        records: list[M.RequestRecord] = []
+        texts: dict[str, list[str]] = {}
+        deltas: dict[str, SpecDelta] = {}
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
+            for category, group in groups.items():
+                before = parse_metrics(scrape(self.metrics_url), self.engine)
+                for rec, answers in pool.map(lambda q: self._question(q, cfg), group):
+                    records.append(rec)
+                    texts[rec.question_id] = answers
+                    if progress is not None:
+                        progress(1)
+                after = parse_metrics(scrape(self.metrics_url), before.engine)
+                deltas[category] = delta(before, after, draft_len=self.draft_len)
+        wall = time.perf_counter() - t0
+        engine = next(iter(deltas.values())).engine if deltas else self.engine
+        return RunOutput(records, wall, texts, deltas,
+                         source=f"{engine} server {self.base_url} (model {self.model}); acceptance from "
+                                f"Prometheus counters at {self.metrics_url}, scraped before/after each category")
+
+
+# ----------------------------------------------------------------------------------------------
+# Triton
+
+TRITON_OUTPUTS = ("text_output", "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+
+
+class TritonRunner:
+    """Sends each turn to Triton model ``model`` over HTTP (``url`` = host:port).
+
+    Inputs are matched by name against the model's metadata: ``text_input`` (required), and when
+    the model declares them ``max_tokens`` / ``sampling_param_max_tokens``, ``temperature`` /
+    ``sampling_param_temperature``, ``stream`` (false). Steps per request are
+    ``total_draft_tokens / draft_len`` (fixed D); per-position rates are not reported, so the profile's
+    a_k are the constant fitted to mean AL. Output tokens are counted with ``tokenizer`` when given,
+    else taken as steps + accepted (one token per step plus the accepted drafts).
+    """
+
+    def __init__(self, url: str, model: str, *, draft_len: int, tokenizer: Any = None, chat: Any = None):
+        if draft_len < 1:
+            raise ValueError(f"draft_len={draft_len}: expected >= 1")
+        self.url, self.model, self.draft_len = url, model, draft_len
+        self.tokenizer, self.chat = tokenizer, chat
+
+    def _inputs(self, client: Any, text: str, cfg: RunConfig) -> list:
+        import numpy as np
+        import tritonclient.http as httpclient
+
+        meta = client.get_model_metadata(self.model)
+        declared = {i["name"]: i for i in meta["inputs"]}
+        if "text_input" not in declared:
+            raise RuntimeError(f"Triton model {self.model!r} has no input 'text_input' (has {sorted(declared)})")
+        values = {
+            "text_input": np.array([text.encode("utf-8")], dtype=object),
+            "max_tokens": np.array([cfg.max_new_tokens], dtype=np.int32),
+            "sampling_param_max_tokens": np.array([cfg.max_new_tokens], dtype=np.int32),
+            "temperature": np.array([cfg.temperature], dtype=np.float32),
+            "sampling_param_temperature": np.array([cfg.temperature], dtype=np.float32),
+            "stream": np.array([False], dtype=bool),
+        }
+        out = []
+        for name, spec in declared.items():
+            if name not in values:
+                continue
+            shape = [1 if d == -1 else int(d) for d in spec["shape"]] or [1]
+            arr = values[name].reshape([1] * (len(shape) - 1) + [1]) if len(shape) > 1 else values[name]
+            inp = httpclient.InferInput(name, list(arr.shape), spec["datatype"])
+            inp.set_data_from_numpy(arr.astype(object) if spec["datatype"] == "BYTES" else arr)
+            out.append(inp)
+        return out
+
+    def _one(self, client: Any, text: str, cfg: RunConfig) -> tuple[str, int, int]:
+        import tritonclient.http as httpclient
+
+        res = client.infer(self.model, self._inputs(client, text, cfg),
+                           outputs=[httpclient.InferRequestedOutput(n) for n in TRITON_OUTPUTS])
+        raw = res.as_numpy("text_output").reshape(-1)[0]
+        answer = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+        accepted = int(res.as_numpy("total_accepted_draft_tokens").reshape(-1)[0])
+        drafted = int(res.as_numpy("total_draft_tokens").reshape(-1)[0])
+        return answer, accepted, drafted
+
+    def _question(self, p: Prompt, cfg: RunConfig) -> tuple[M.RequestRecord, list[str]]:
+        import tritonclient.http as httpclient
+
+        client = httpclient.InferenceServerClient(self.url)
+        answers: list[str] = []
+        acc = drafted = tokens = 0
+        start = time.perf_counter()
+        for turn in range(_turns(p, cfg)):
+            text, a, d = self._one(client, render_turn(p, turn, answers, self.chat), cfg)
+            answers.append(text)
+            acc, drafted = acc + a, drafted + d
+            if self.tokenizer is not None:
+                enc = self.tokenizer.encode(text)
+                tokens += len(getattr(enc, "ids", enc))
+        steps = round(drafted / self.draft_len)
+        if self.tokenizer is None:
+            tokens = steps + acc
+        rec = M.RequestRecord(p.question_id, p.category, steps, min(acc, steps * self.draft_len), None, tokens,
+                              time.perf_counter() - start, drafted)
+        return rec, answers
+
+    def run(self, prompts: Sequence[Prompt], cfg: RunConfig, *, progress: Callable[[int], None] | None = None) -> RunOutput:
+        records, texts = [], {}
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
+            for rec, answers in pool.map(lambda q: self._question(q, cfg), prompts):
+                records.append(rec)
+                texts[rec.question_id] = answers
+                if progress is not None:
+                    progress(1)
+        return RunOutput(records, time.perf_counter() - t0, texts,
+                         source=f"Triton model {self.model!r} at {self.url}: total_accepted_draft_tokens / "
+                                f"total_draft_tokens outputs, D={self.draft_len}")
+
+
+# ----------------------------------------------------------------------------------------------
+# from a run to a profile
+
+
+def _summary_from_delta(d: SpecDelta, draft_len: int, num_requests: int) -> M.AcceptanceSummary:
+    if d.num_steps and d.accepted_tokens is not None:
+        per_pos = [int(round(x)) for x in d.accepted_per_pos[:draft_len]] or None
+        if per_pos is not None and len(per_pos) < draft_len:
+            per_pos += [0] * (draft_len - len(per_pos))
+        steps, acc = int(round(d.num_steps)), int(round(d.accepted_tokens))
+        if per_pos is not None and sum(per_pos) != acc:
+            per_pos = None  # per-position counters disagree with the total: keep the total
+        return M.summarize_counters(steps, per_pos, acc, draft_len=draft_len, num_requests=num_requests)
+    a = M.fit_constant_rate(min(max(d.mean_al, 1.0), draft_len + 1.0), draft_len)
+    joint, prod = [], 1.0
+    for _ in range(draft_len):
+        prod *= a
+        joint.append(prod)
+    return M.AcceptanceSummary(num_requests, 0, 0, d.mean_al, (a,) * draft_len, tuple(joint), (), True, None, draft_len)
+
+
+def build_run_profile(run: RunOutput, *, drafter: str, draft_len: int, ci_method: str = "bootstrap",
+                      seed: int = 0) -> M.AcceptanceProfile:
+    """The acceptance profile of a run: from per-request records, or from per-category server
+    counters when the run has them (overall = the summed counters)."""
+    if not run.category_deltas:
+        return M.build_profile(run.records, drafter=drafter, draft_len=draft_len, source=run.source,
+                               ci_method=ci_method, seed=seed)
+    counts: dict[str, int] = {}
+    for r in run.records:
+        counts[r.category] = counts.get(r.category, 0) + 1
+    cats = {c: _summary_from_delta(d, draft_len, counts.get(c, 0)) for c, d in run.category_deltas.items()}
+    ds = list(run.category_deltas.values())
+    if all(d.num_steps for d in ds) and all(d.accepted_tokens is not None for d in ds):
+        n = max(len(d.accepted_per_pos) for d in ds)
+        total = SpecDelta(ds[0].engine, sum(d.num_steps for d in ds), None, sum(d.accepted_tokens for d in ds),
+                          [sum(d.accepted_per_pos[k] if k < len(d.accepted_per_pos) else 0 for d in ds)
+                           for k in range(n)], 0.0, all(d.exact for d in ds))
+        overall = _summary_from_delta(total, draft_len, len(run.records))
+    else:  # gauge-only engines: request-weighted mean of the category ALs
+        w = [counts.get(c, 1) for c in cats]
+        al = sum(s.mean_al * wi for s, wi in zip(cats.values(), w)) / sum(w)
+        overall = _summary_from_delta(SpecDelta(ds[0].engine, None, None, None, [], al, False), draft_len,
+                                      len(run.records))
+    return M.AcceptanceProfile(drafter, draft_len, overall, cats, run.source)
