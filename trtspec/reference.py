@@ -48,12 +48,16 @@ def uniform(seed: int, offset: int, b: int, k: int) -> float:
     return (z >> 11) * (1.0 / (1 << 53))
 
 
-def _sample(weights: torch.Tensor, u: float) -> int:
+def _sample(weights: torch.Tensor, u: float, fallback: torch.Tensor | None = None) -> int:
     """Inverse-CDF sample from unnormalised non-negative ``weights[V]`` (float32) with uniform u.
 
     The CDF is a sequential float64 prefix sum; the sample is the first index whose prefix sum
     exceeds ``u * total``. If rounding leaves none, it is the last index with positive weight.
+    If no weight is positive (a residual that rounding emptied, possible when target and draft
+    agree within the row-sum tolerance), the sample is drawn from ``fallback`` instead.
     """
+    if fallback is not None and not bool((weights > 0).any()):
+        weights = fallback
     cdf = torch.cumsum(weights.double(), 0)
     target = u * cdf[-1].item()
     hits = torch.nonzero(cdf > target)
@@ -225,7 +229,7 @@ def verify_sample(tokens, parents, target_probs, draft_probs, seed, offset,
                 if siblings_without_replacement:
                     q[x] = 0.0
                     q = _normalize(q)
-        bonus[b] = _sample(p, uniform(seed, offset, b, k))
+        bonus[b] = _sample(p, uniform(seed, offset, b, k), fallback=target_probs[b, u].float())
         accepted_len[b] = len(path) - 1
         accepted_nodes[b] = _pack_path(path, L)
     return accepted_len, accepted_nodes, bonus
@@ -278,7 +282,7 @@ def verify_block(draft_tokens, target_probs, draft_probs, seed, offset):
             if uniform(seed, offset, b, i - 1) <= h:
                 tau = i
         if tau < D:
-            bonus[b] = _sample(residuals[tau], uniform(seed, offset, b, D))
+            bonus[b] = _sample(residuals[tau], uniform(seed, offset, b, D), fallback=target_probs[b, tau].float())
         else:
             bonus[b] = _sample(target_probs[b, D].float(), uniform(seed, offset, b, D))
         accepted_len[b] = tau
