@@ -1,0 +1,202 @@
+"""Typed model configs read from a Hugging Face ``config.json`` (offline; no transformers import).
+
+Supported decoders share one shape (pre-norm RMSNorm, RoPE, GQA attention, SwiGLU MLP); they
+differ only in the switches below, which :func:`read_model_config` sets per architecture.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# architecture name in config.json -> switches that differ from plain Llama
+SUPPORTED_ARCHITECTURES: dict[str, dict] = {
+    "LlamaForCausalLM": {},          # Llama 2/3/3.x, SmolLM, TinyLlama, ...
+    "MistralForCausalLM": {},
+    "Qwen2ForCausalLM": {"qkv_bias": True},
+    "Qwen3ForCausalLM": {"qk_norm": True},
+}
+EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3",)
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+class ModelFormatError(ValueError):
+    """A model directory that cannot be loaded: missing/corrupt files or an unsupported config."""
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise ModelFormatError(f"{path.parent}: missing {path.name} (expected a Hugging Face model directory)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ModelFormatError(f"{path}: not valid JSON ({e})") from e
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """Rotary position embedding. ``theta``: base; ``kind``: default | linear | llama3;
+    ``factor`` etc. follow the Hugging Face ``rope_scaling`` fields."""
+
+    theta: float = 10000.0
+    kind: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def __post_init__(self):
+        if self.kind not in SUPPORTED_ROPE_TYPES:
+            raise ModelFormatError(f"rope_scaling type {self.kind!r} is not supported; supported: {SUPPORTED_ROPE_TYPES}")
+        if self.theta <= 0 or self.factor <= 0:
+            raise ModelFormatError(f"rope theta and factor must be > 0, got {self.theta}, {self.factor}")
+
+    def inv_freq(self, head_dim: int) -> "torch.Tensor":  # noqa: F821
+        """float32 ``[head_dim/2]``: ``1 / theta^(2i/d)``, rescaled as the rope type says."""
+        import torch
+
+        inv = 1.0 / (self.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        if self.kind == "linear":
+            return inv / self.factor
+        if self.kind == "llama3":
+            # Llama 3.1: long wavelengths divided by `factor`, short ones kept, a smooth ramp between.
+            old = self.original_max_position_embeddings
+            low_wavelen, high_wavelen = old / self.low_freq_factor, old / self.high_freq_factor
+            wavelen = 2 * math.pi / inv
+            scaled = torch.where(wavelen > low_wavelen, inv / self.factor, inv)
+            smooth = (old / wavelen - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
+            smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
+            medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+            return torch.where(medium, smoothed, scaled)
+        return inv
+
+
+def _rope_from(cfg: dict) -> RopeConfig:
+    params = dict(cfg.get("rope_scaling") or {})
+    params.update(cfg.get("rope_parameters") or {})   # transformers 5 spelling
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    kind = params.get("rope_type", params.get("type", "default")) or "default"
+    return RopeConfig(
+        theta=float(theta), kind=kind, factor=float(params.get("factor", 1.0)),
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+    )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One decoder-only LM. Sizes in elements; ``max_position_embeddings`` is the context in tokens."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope: RopeConfig = field(default_factory=RopeConfig)
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            if getattr(self, name) <= 0:
+                raise ModelFormatError(f"config.{name} must be > 0, got {getattr(self, name)}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ModelFormatError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                                   f"num_key_value_heads={self.num_key_value_heads}")
+
+
+def _eos(cfg: dict) -> tuple[int, ...]:
+    eos = cfg.get("eos_token_id")
+    if eos is None:
+        return ()
+    return tuple(eos) if isinstance(eos, list) else (int(eos),)
+
+
+def _common_fields(cfg: dict) -> dict:
+    heads = int(cfg["num_attention_heads"])
+    hidden = int(cfg["hidden_size"])
+    return dict(
+        vocab_size=int(cfg["vocab_size"]), hidden_size=hidden, intermediate_size=int(cfg["intermediate_size"]),
+        num_hidden_layers=int(cfg.get("num_hidden_layers", 1)), num_attention_heads=heads,
+        num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads), rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope=_rope_from(cfg), max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+        eos_token_ids=_eos(cfg),
+    )
+
+
+def read_model_config(model_dir: str | Path) -> ModelConfig:
+    """Parse ``model_dir/config.json`` of a supported decoder; a clear error otherwise."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ModelFormatError(f"model directory {model_dir} does not exist")
+    cfg = _read_json(model_dir / "config.json")
+    archs = cfg.get("architectures") or []
+    arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
+    if arch is None:
+        raise ModelFormatError(
+            f"{model_dir}: unsupported architecture {archs or cfg.get('model_type')!r}; supported: "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)} (and {', '.join(EAGLE3_ARCHITECTURES)} as an eagle3 draft)")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise ModelFormatError(f"{model_dir}: hidden_act {cfg['hidden_act']!r} is not supported (expected 'silu')")
+    window = cfg.get("sliding_window")
+    if window and cfg.get("use_sliding_window", arch == "MistralForCausalLM") and window < cfg.get(
+            "max_position_embeddings", 0):
+        raise ModelFormatError(f"{model_dir}: sliding-window attention (window {window}) is not supported")
+    switches = dict(SUPPORTED_ARCHITECTURES[arch])
+    if cfg.get("attention_bias"):
+        switches["qkv_bias"] = True
+    return ModelConfig(architecture=arch, tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                       **switches, **_common_fields(cfg))
+
+
+@dataclass(frozen=True)
+class Eagle3Config:
+    """An EAGLE-3 head as exported by NVIDIA Model-Optimizer (``LlamaForCausalLMEagle3``).
+
+    ``layer``: the head's one decoder layer (its q/k/v take ``2*hidden_size`` inputs);
+    ``aux_layer_ids``: target layers whose *outputs* are captured and fused by ``fc``
+    (``[len(ids) * hidden] -> [hidden]``); ``draft_vocab_size``: rows of the head's lm_head;
+    when smaller than ``vocab_size`` the ``d2t`` map gives target id = draft id + d2t[draft id].
+    """
+
+    layer: ModelConfig
+    aux_layer_ids: tuple[int, ...]
+    draft_vocab_size: int
+
+    def __post_init__(self):
+        if not self.aux_layer_ids:
+            raise ModelFormatError("eagle_config.eagle_aux_hidden_state_layer_ids is empty (EAGLE-3 needs >= 1)")
+        if not 0 < self.draft_vocab_size <= self.layer.vocab_size:
+            raise ModelFormatError(f"draft_vocab_size={self.draft_vocab_size} must be in 1..vocab_size="
+                                   f"{self.layer.vocab_size}")
+
+
+def read_eagle3_config(model_dir: str | Path) -> Eagle3Config:
+    """Parse the ``config.json`` Model-Optimizer writes for an EAGLE-3 head."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ModelFormatError(f"eagle3 draft directory {model_dir} does not exist")
+    cfg = _read_json(model_dir / "config.json")
+    archs = cfg.get("architectures") or []
+    if not any(a in EAGLE3_ARCHITECTURES for a in archs):
+        raise ModelFormatError(f"{model_dir}: architectures={archs!r} is not an EAGLE-3 head; expected one of "
+                               f"{EAGLE3_ARCHITECTURES} (NVIDIA Model-Optimizer export)")
+    eagle = cfg.get("eagle_config") or {}
+    if eagle.get("use_aux_hidden_state") is False:
+        raise ModelFormatError(f"{model_dir}: eagle_config.use_aux_hidden_state is false (EAGLE-1/2); only EAGLE-3 "
+                               "heads are supported")
+    layer = ModelConfig(architecture=archs[0], **{**_common_fields(cfg), "num_hidden_layers": 1})
+    ids = tuple(int(i) for i in eagle.get("eagle_aux_hidden_state_layer_ids") or ())
+    return Eagle3Config(layer=layer, aux_layer_ids=ids,
+                        draft_vocab_size=int(cfg.get("draft_vocab_size") or layer.vocab_size))

@@ -1,0 +1,55 @@
+"""``draft_model``: an independent smaller LM sharing the target's vocabulary."""
+from __future__ import annotations
+
+import torch
+
+from trtspec.runtime import masks
+from trtspec.runtime.drafters.base import TreeDrafter
+from trtspec.runtime.models import Transformer
+
+
+class DraftModelDrafter(TreeDrafter):
+    """Its cache row ``r.row`` holds K/V for ``r.tokens[:seen]``; each proposal first feeds the
+    unseen committed tokens (the root last), then expands the tree level by level."""
+
+    name = "draft_model"
+
+    def __init__(self, model: Transformer):
+        self.model = model
+        self.device = model.lm_head.weight.device
+        self.cache = None
+        self.seen: dict[int, int] = {}    # row -> committed tokens in the draft cache
+
+    def reserve(self, rows, slots):
+        self.cache = self.model.new_cache(rows, slots)
+
+    def cache_slots(self):
+        return self.cache.slots
+
+    def admit(self, reqs, prefill_aux):
+        for r in reqs:
+            self.seen[r.row] = 0
+
+    def release(self, req):
+        self.seen.pop(req.row, None)
+
+    def catch_up(self, reqs):
+        """Feed ``r.tokens[seen:]`` (root last) causally; returns root logits ``[B, V]``, None, base ``[B]``."""
+        lens = torch.tensor([self.seen[r.row] for r in reqs], device=self.device)
+        todo = [r.tokens[self.seen[r.row]:] for r in reqs]
+        T = max(len(t) for t in todo)
+        tokens = torch.zeros(len(reqs), T, dtype=torch.int64, device=self.device)
+        for i, t in enumerate(todo):
+            tokens[i, : len(t)] = torch.tensor(t, device=self.device)
+        counts = torch.tensor([len(t) for t in todo], device=self.device)
+        positions, write_idx, mask = masks.chain_block(lens, counts, T, self.cache.slots)
+        rows = torch.tensor([r.row for r in reqs], device=self.device)
+        hidden, _ = self.model(tokens, positions, self.cache, rows, write_idx, mask)
+        last = hidden[torch.arange(len(reqs), device=self.device), counts - 1]
+        for r in reqs:
+            self.seen[r.row] = len(r.tokens)
+        return self.model.logits(last), None, lens + counts - 1
+
+    def forward_nodes(self, rows, tokens, parent_state, positions, write_idx, mask):
+        hidden, _ = self.model(tokens, positions, self.cache, rows, write_idx, mask)
+        return self.model.logits(hidden), None

@@ -1,0 +1,278 @@
+"""The speculative-decoding loop: lockstep batched steps, ragged acceptance, continuous batching.
+
+One step for the B running requests (gpt-fast's ``speculative_decode``, batched)::
+
+    D      = schedule(B)                                   # draft depth for this batch size
+    tree   = drafter.propose(requests, D)                  # [B, N] tokens + parents, node 0 = root
+    logits = target(tree)                                  # one forward; node i at cache_len + i,
+                                                           # position cache_len + depth(i), tree mask
+    acc, path, bonus = verify(tree, logits)                # greedy | sample | block (trtspec ops)
+    cache  = compact(cache, accepted_kv_indices(path, acc, cache_len))
+    tokens += tree.tokens[path[1:acc+1]] + [bonus]         # AL = acc + 1 tokens
+
+Invariant per request: the target cache holds ``tokens[:-1]``; ``tokens[-1]`` (the root) is fed
+with the next tree. D = 0 is the same step with a one-node tree.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from trtspec.runtime import masks
+from trtspec.runtime.drafters.base import Drafter, DraftMode, tree_size
+from trtspec.runtime.models import Transformer
+from trtspec.runtime.params import SamplingParams, SpecConfig
+from trtspec.runtime.sampling import probs
+from trtspec.runtime.stats import SpecStats
+from trtspec.runtime.verify import ops
+
+
+@dataclass
+class Request:
+    """A running request: ``tokens`` = prompt + generated (the last one is the root)."""
+
+    request_id: object
+    params: SamplingParams
+    tokens: list[int]
+    prompt_len: int
+    vocab_size: int
+    row: int = -1
+    cache_len: int = 0
+    finished: bool = False
+    stats: SpecStats = field(default_factory=SpecStats)
+
+    @property
+    def generated(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def sampling(self) -> tuple[float, int, float]:
+        return self.params.transform
+
+
+@dataclass
+class StepOutput:
+    """What one step produced for one request: its new tokens, whether it finished, its stats so far."""
+
+    request_id: object
+    new_token_ids: list[int]
+    finished: bool
+    stats: SpecStats
+
+
+class Engine:
+    """Continuous-batching speculative decoder over a static cache of ``max_batch_size`` rows of
+    ``max_seq_len`` tokens (plus tree scratch). Requests join with :meth:`add_request` and leave when
+    finished (or :meth:`abort`); :meth:`step` advances every running request by one target step."""
+
+    def __init__(self, target: Transformer, drafter: Drafter, spec: SpecConfig, *,
+                 max_batch_size: int = 8, max_seq_len: int | None = None):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        ctx = target.config.max_position_embeddings
+        if max_seq_len is not None and not 2 <= max_seq_len <= ctx:
+            raise ValueError(f"max_seq_len must be in 2..{ctx} (the target's context), got {max_seq_len}")
+        if spec.tree is not None and spec.tree.topk > drafter.max_branching:
+            raise ValueError(f"drafter {drafter.name!r} proposes chains only; got tree topk={spec.tree.topk}")
+        if spec.verify == "block" and drafter.max_branching > 1 and spec.branching > 1:
+            raise ValueError("verify='block' needs a chain")
+        self.target, self.drafter, self.spec = target, drafter, spec
+        self.max_batch_size = max_batch_size
+        self.max_seq_len = max_seq_len or ctx
+        self.device = target.lm_head.weight.device
+        self.slots = self.max_seq_len + tree_size(spec.branching, spec.max_depth) + 1   # + scratch slot
+        self.cache = target.new_cache(max_batch_size, self.slots)
+        drafter.reserve(max_batch_size, self.slots)
+        self.free_rows = list(range(max_batch_size))[::-1]
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.step_count = 0
+        self.stats = SpecStats()
+
+    # -- requests --------------------------------------------------------------------------------
+    def add_request(self, request_id, prompt_ids: list[int], params: SamplingParams | None = None) -> None:
+        """Queue a request; it joins the batch at the next step with a free cache row."""
+        params = params or SamplingParams()
+        V = self.target.config.vocab_size
+        ids = [int(t) for t in prompt_ids]
+        if not ids:
+            raise ValueError(f"request {request_id!r}: prompt_ids is empty (need >= 1 token)")
+        if min(ids) < 0 or max(ids) >= V:
+            raise ValueError(f"request {request_id!r}: prompt token ids must be in 0..{V - 1} (target vocab_size)")
+        if len(ids) >= self.max_seq_len:
+            raise ValueError(f"request {request_id!r}: prompt of {len(ids)} tokens does not fit the context of "
+                             f"{self.max_seq_len} tokens (it must leave room for >= 1 new token)")
+        if params.temperature > 0 and self.spec.verify == "greedy":
+            raise ValueError(f"request {request_id!r}: temperature={params.temperature} needs verify='sample' or "
+                             "'block' (verify='greedy' is for temperature 0)")
+        if any(r.request_id == request_id for r in self.running + self.waiting):
+            raise ValueError(f"request id {request_id!r} is already in the engine")
+        self.waiting.append(Request(request_id, params, ids, len(ids), V))
+
+    def abort(self, request_id) -> None:
+        """Remove a request (running or waiting) and free its cache row."""
+        self.waiting = [r for r in self.waiting if r.request_id != request_id]
+        for r in [r for r in self.running if r.request_id == request_id]:
+            self._release(r)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def _release(self, r: Request) -> None:
+        self.running.remove(r)
+        self.drafter.release(r)
+        self.free_rows.append(r.row)
+
+    # -- prefill ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _admit(self) -> None:
+        """Give waiting requests free rows and prefill ``tokens[:-1]`` into the target cache."""
+        new = []
+        while self.waiting and self.free_rows:
+            r = self.waiting.pop(0)
+            r.row = self.free_rows.pop()
+            new.append(r)
+        if not new:
+            return
+        counts = torch.tensor([len(r.tokens) - 1 for r in new], device=self.device)
+        T = max(int(counts.max()), 1)
+        tokens = torch.zeros(len(new), T, dtype=torch.int64, device=self.device)
+        for i, r in enumerate(new):
+            tokens[i, : len(r.tokens) - 1] = torch.tensor(r.tokens[:-1], device=self.device)
+        zero = torch.zeros(len(new), dtype=torch.int64, device=self.device)
+        positions, write_idx, mask = masks.chain_block(zero, counts, T, self.slots)
+        rows = torch.tensor([r.row for r in new], device=self.device)
+        _, aux = self.target(tokens, positions, self.cache, rows, write_idx, mask, self.drafter.capture_layers)
+        for r in new:
+            r.cache_len = len(r.tokens) - 1
+        self.drafter.admit(new, aux)
+        self.running += new
+
+    # -- one step --------------------------------------------------------------------------------
+    def _depth(self, r: Request, D: int) -> int:
+        """Draft depth for r: D, capped so the step cannot overshoot max_new_tokens or the context."""
+        budget = min(r.params.max_new_tokens - r.generated, self.max_seq_len - len(r.tokens)) - 1
+        return max(0, min(D, budget)) if self.drafter.can_draft(r) else 0
+
+    @torch.no_grad()
+    def step(self) -> list[StepOutput]:
+        """Advance every running request by one target step (admitting waiting ones first)."""
+        t0 = time.perf_counter()
+        self._admit()
+        reqs = list(self.running)
+        if not reqs:
+            return []
+        spec, dev = self.spec, self.device
+        sampled = spec.verify != "greedy"
+        gen = None
+        if sampled:
+            gen = torch.Generator(device=dev).manual_seed((spec.seed * 1_000_003 + self.step_count) % (1 << 63))
+        D = spec.depth_for_batch(len(reqs))
+        depths = [self._depth(r, D) for r in reqs]
+        mode = DraftMode(sample=sampled, without_replacement=spec.siblings_without_replacement, generator=gen)
+        prop = self.drafter.propose(reqs, depths, spec.branching, mode)
+        t1 = time.perf_counter()
+
+        # target forward over the trees: node i at slot cache_len + i, position cache_len + depth(i)
+        B, N = prop.tokens.shape
+        rows = torch.tensor([r.row for r in reqs], device=dev)
+        cache_lens = torch.tensor([r.cache_len for r in reqs], dtype=torch.int64, device=dev)
+        parents32, nodes32 = prop.parents.to(torch.int32), prop.num_nodes.to(torch.int32)
+        packed, depth, _, _ = ops().tree_metadata(parents32, nodes32)
+        node = torch.arange(N, device=dev)
+        visible = masks.unpack_mask(packed, N) | torch.eye(N, dtype=torch.bool, device=dev)
+        valid = node[None] < prop.num_nodes[:, None]
+        positions, write_idx, mask = masks.block_inputs(
+            cache_lens, visible, valid, cache_lens[:, None] + node, cache_lens[:, None] + depth.long(), self.slots)
+        hidden, aux = self.target(prop.tokens, positions, self.cache, rows, write_idx, mask, self.drafter.capture_layers)
+        logits = self.target.logits(hidden)                                            # [B, N, V]
+        max_depth = int(prop.depth.max())
+        acc, path, bonus = self._verify(reqs, prop, parents32, nodes32, logits, max_depth)
+
+        # keep the accepted path's K/V contiguous: slot cache_len + path[i] -> cache_len + i
+        src, dst, new_lens = ops().accepted_kv_indices(path, acc, cache_lens.to(torch.int32))
+        self.cache.move(rows, src.to(dev), dst.to(dev))
+        t2 = time.perf_counter()
+
+        outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
+        t3 = time.perf_counter()
+        self.step_count += 1
+        step_stats = SpecStats(draft_time_s=t1 - t0, verify_time_s=t2 - t1, total_time_s=t3 - t0)
+        for r in reqs:
+            r.stats.merge(step_stats)
+        for o in outputs:
+            self.stats.merge(o.stats_step, times=False)
+        self.stats.merge(step_stats)
+        for r in reqs:
+            if r.finished:
+                self._release(r)
+        return [StepOutput(o.request_id, o.new_token_ids, o.finished, o.stats) for o in outputs]
+
+    def _verify(self, reqs, prop, parents32, nodes32, logits, max_depth):
+        """-> accepted_len int32 ``[B]``, accepted path int32 ``[B, max_depth+1]``, bonus int64 ``[B]``."""
+        spec = self.spec
+        if spec.verify == "greedy":
+            return ops().verify_greedy(prop.tokens, parents32, logits, nodes32, max_depth)
+        target_probs = torch.stack([probs(logits[i], *r.sampling) for i, r in enumerate(reqs)])
+        if spec.verify == "sample":
+            return ops().verify_sample(prop.tokens, parents32, target_probs, prop.draft_probs, spec.seed,
+                                       self.step_count, spec.siblings_without_replacement, nodes32, max_depth)
+        # block verification: chains; one call per distinct chain length
+        B = len(reqs)
+        acc = torch.zeros(B, dtype=torch.int32)
+        bonus = torch.zeros(B, dtype=torch.int64)
+        path = torch.full((B, max_depth + 1), -1, dtype=torch.int32)
+        for n in sorted(set(prop.num_nodes.tolist())):
+            idx = (prop.num_nodes == n).nonzero().flatten()
+            d = n - 1
+            a, bo = ops().verify_block(prop.tokens[idx, 1:n], target_probs[idx, :n], prop.draft_probs[idx, :d],
+                                       spec.seed, self.step_count * 4096 + d)
+            acc[idx.cpu()], bonus[idx.cpu()] = a.cpu(), bo.cpu()
+            for j, i in enumerate(idx.tolist()):
+                path[i, : int(a[j]) + 1] = torch.arange(int(a[j]) + 1, dtype=torch.int32)
+        return acc, path, bonus
+
+    def _commit(self, reqs, prop, acc, path, bonus, new_lens, aux):
+        """Append accepted tokens + bonus, update drafter state, apply stop rules and stats."""
+        acc, path, bonus, new_lens = acc.cpu(), path.cpu(), bonus.cpu(), new_lens.cpu()
+        tokens = prop.tokens.cpu()
+        outputs = []
+        for i, r in enumerate(reqs):
+            a = int(acc[i])
+            new = tokens[i, path[i, 1:a + 1].long()].tolist() + [int(bonus[i])]
+            r.tokens += new
+            r.cache_len = int(new_lens[i])
+        if self.drafter.capture_layers:
+            gather = path.clamp(min=0).long().to(aux.device)                           # [B, L]
+            path_aux = torch.gather(aux, 1, gather[..., None].expand(-1, -1, aux.shape[-1]))
+            self.drafter.commit(reqs, path_aux, acc.long() + 1)
+        else:
+            self.drafter.commit(reqs, None, acc.long() + 1)
+        for i, r in enumerate(reqs):
+            a = int(acc[i])
+            new = r.tokens[len(r.tokens) - a - 1:]
+            keep = self._kept(r, new)
+            if keep < len(new):
+                del r.tokens[len(r.tokens) - (len(new) - keep):]
+            out = new[:keep]
+            step = SpecStats()
+            step.record_step(int(prop.num_nodes[i]) - 1, a, len(out))
+            r.stats.merge(step, times=False)
+            r.finished = (r.generated >= r.params.max_new_tokens or len(r.tokens) >= self.max_seq_len
+                          or (bool(out) and out[-1] in r.params.stop_token_ids))
+            o = StepOutput(r.request_id, out, r.finished, r.stats)
+            o.stats_step = step
+            outputs.append(o)
+        return outputs
+
+    @staticmethod
+    def _kept(r: Request, new: list[int]) -> int:
+        """How many of ``new`` (already appended) survive the stop token and token budget."""
+        room = r.params.max_new_tokens - (r.generated - len(new))
+        keep = min(len(new), room)
+        for j, t in enumerate(new[:keep]):
+            if t in r.params.stop_token_ids:
+                return j + 1
+        return keep

@@ -1,0 +1,43 @@
+"""Temperature / top-k / top-p, applied identically to target and draft logits.
+
+The verifiers are lossless with respect to the *transformed* target distribution, so both
+sides must go through :func:`probs` with the same parameters.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """float32 ``[..., V]`` rows summing to 1 from logits ``[..., V]``.
+
+    ``p = softmax(logits / T)`` restricted to the ``top_k`` largest logits (0 = all) and then to the
+    smallest set of most likely tokens whose mass reaches ``top_p`` (1.0 = all), renormalised.
+    ``temperature == 0`` gives the one-hot argmax (ties -> lowest id).
+    """
+    logits = logits.float()
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    p = torch.softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = torch.sort(p, dim=-1, descending=True)
+        before = torch.cumsum(sorted_p, dim=-1) - sorted_p      # mass of strictly more likely tokens
+        drop_sorted = before >= top_p                              # keep while the mass before < top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        p = p.masked_fill(drop, 0.0)
+        p = p / p.sum(-1, keepdim=True)
+    return p
+
+
+def draw(q: torch.Tensor, k: int, *, replacement: bool, generator: torch.Generator) -> torch.Tensor:
+    """int64 ``[M, k]`` children drawn from rows ``q [M, V]``: i.i.d. (``replacement``) or
+    without replacement by Gumbel-top-k (``argtop_k(log q + G)``, G ~ Gumbel(0, 1))."""
+    if replacement:
+        return torch.multinomial(q, k, replacement=True, generator=generator)
+    u = torch.rand(q.shape, generator=generator, device=q.device).clamp_(1e-20, 1.0)
+    gumbel = -torch.log(-torch.log(u))
+    return torch.topk(torch.log(q) + gumbel, k, dim=-1).indices
