@@ -1,0 +1,78 @@
+"""Options of one ``trtspec build``: the single source of the CLI's defaults and help texts."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from trtspec.builder.trtllm_config import DEFAULT_TRTLLM_VERSION, TRTLLM_VERSIONS
+
+DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
+QUANTS = ("none", "fp8", "nvfp4", "w4a16_nvfp4", "int4_awq", "w4a8_awq", "int8_sq")
+KV_QUANTS = ("none", "fp8")
+#: drafters whose draft is a separate checkpoint (``--draft`` required).
+DRAFTERS_WITH_DRAFT = ("draft_model", "eagle3", "dflash", "dspark")
+#: drafters whose draft is a head in Model-Optimizer's speculative layout (copied, never quantized here).
+HEAD_DRAFTERS = ("eagle3", "dflash", "dspark")
+
+
+def default_cache_dir() -> Path:
+    """``$TRTSPEC_CACHE_DIR`` or ``~/.cache/trtspec/quantized``."""
+    env = os.environ.get("TRTSPEC_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "trtspec" / "quantized"
+
+
+class BuildOptions(BaseModel):
+    """Everything ``trtspec build`` needs. Paths are resolved at validation time, not here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: Optional[Path] = Field(default=None, description="Target HF checkpoint directory (default: demo pair).")
+    draft: Optional[Path] = Field(default=None, description="Draft checkpoint / head directory (draft_model, eagle3, "
+                                  "dflash, dspark).")
+    drafter: Literal[DRAFTERS] = Field(default="draft_model", description="Speculation mechanism.")
+    quant: Literal[QUANTS] = Field(default="fp8", description="Target weight/activation format (Model-Optimizer PTQ); "
+                                   "fp8 is the H200-native default and keeps a CPU fake-quant check.")
+    draft_quant: Literal[QUANTS] = Field(default="none", description="Draft-model format (draft_model drafter only).")
+    kv_cache_quant: Literal[KV_QUANTS] = Field(default="none", description="KV-cache format (fp8: E4M3 K/V with "
+                                               "calibrated scales).")
+    calib: Optional[Path] = Field(default=None, description="Calibration texts (.jsonl with text/prompt/turns, or "
+                                  ".parquet); default: the built-in sample.")
+    calib_samples: PositiveInt = Field(default=32, description="Calibration sequences.")
+    calib_seq_len: PositiveInt = Field(default=256, description="Tokens per calibration sequence (truncation).")
+    gpu: str = Field(default="h200", description="GPU the recipe is planned for (recipe catalog name).")
+    tp: PositiveInt = Field(default=1, description="Tensor-parallel size.")
+    max_batch_size: PositiveInt = Field(default=256, description="Largest batch the server runs.")
+    max_seq_len: PositiveInt = Field(default=4096, description="Prompt + output tokens per request.")
+    recipe: str = Field(default="auto", description="auto (plan now), a recipe YAML file, or a recipe-book name.")
+    acceptance: Optional[str] = Field(default=None, description="Acceptance profile JSON or prior:NAME "
+                                      "(default for the demo: its shipped acceptance.json).")
+    trtllm_version: Literal[tuple(TRTLLM_VERSIONS)] = Field(default=DEFAULT_TRTLLM_VERSION,
+                                                            description="TensorRT-LLM LLM-API version to target.")
+    device: Literal["cpu", "cuda"] = Field(default="cpu", description="Where calibration runs.")
+    out: Path = Field(default=Path("trtspec-out/demo"), description="Bundle directory (written atomically).")
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="Cache of quantized checkpoints.")
+    use_cache: bool = Field(default=True, description="Reuse / fill the quantized-checkpoint cache.")
+    seed: int = Field(default=0, description="Calibration sample order seed.")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.drafter in DRAFTERS_WITH_DRAFT and self.draft is None and self.target is not None:
+            raise ValueError(f"--draft is required for --drafter {self.drafter}")
+        if self.drafter not in DRAFTERS_WITH_DRAFT and self.draft is not None:
+            raise ValueError(f"--draft must not be given for --drafter {self.drafter} (it has no draft checkpoint)")
+        if self.draft_quant != "none" and self.drafter != "draft_model":
+            raise ValueError(f"--draft-quant applies to --drafter draft_model only; the {self.drafter} draft is "
+                             "bundled as exported by Model-Optimizer's speculative export")
+        if self.calib_seq_len > self.max_seq_len:
+            raise ValueError(f"--calib-seq-len ({self.calib_seq_len}) exceeds --max-seq-len ({self.max_seq_len})")
+        return self
+
+
+def help_of(field: str) -> str:
+    """The help text of a ``BuildOptions`` field, with its default."""
+    info = BuildOptions.model_fields[field]
+    default = info.get_default(call_default_factory=True)
+    return f"{info.description} [default: {default}]"
