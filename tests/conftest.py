@@ -1,0 +1,61 @@
+"""Shared pytest fixtures: seeded generators of draft trees and distributions for the op tests."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def _random_parents(g: torch.Generator, B: int, N: int, kind: str) -> torch.Tensor:
+    """int32 [B, N] trees: "chain" (parents[i] = i-1), "star" (all children of the root) or "tree"
+    (each node's parent uniform among the earlier nodes, biased to recent ones so trees get deep)."""
+    parents = torch.empty(B, N, dtype=torch.int32)
+    parents[:, 0] = -1
+    for i in range(1, N):
+        if kind == "chain":
+            parents[:, i] = i - 1
+        elif kind == "star":
+            parents[:, i] = 0
+        else:
+            lo = max(0, i - 4)
+            parents[:, i] = torch.randint(lo, i, (B,), generator=g, dtype=torch.int32)
+    return parents
+
+
+def _distributions(g: torch.Generator, B: int, N: int, V: int, sharpness: float = 2.0, agreement: float = 0.7):
+    """(target_probs, draft_probs) float32 [B, N, V]: softmaxes of shared random logits plus
+    independent noise, so draft and target overlap partly (agreement in [0, 1])."""
+    base = torch.randn(B, N, V, generator=g) * sharpness
+    target = torch.softmax(base + (1 - agreement) * sharpness * torch.randn(B, N, V, generator=g), -1)
+    draft = torch.softmax(base + (1 - agreement) * sharpness * torch.randn(B, N, V, generator=g), -1)
+    return target.contiguous(), draft.contiguous()
+
+
+def _draw_tokens(g: torch.Generator, parents: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """int64 [B, N]: the token of node i drawn from rows[b, parents[b, i]] (root token 0)."""
+    B, N = parents.shape
+    tokens = torch.zeros(B, N, dtype=torch.int64)
+    for i in range(1, N):
+        src = rows[torch.arange(B), parents[:, i].long()].float()
+        tokens[:, i] = torch.multinomial(src, 1, generator=g).squeeze(1)
+    return tokens
+
+
+@pytest.fixture
+def gen():
+    """A torch.Generator seeded per test (seed 1234)."""
+    return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture
+def random_parents():
+    return _random_parents
+
+
+@pytest.fixture
+def distributions():
+    return _distributions
+
+
+@pytest.fixture
+def draw_tokens():
+    return _draw_tokens
