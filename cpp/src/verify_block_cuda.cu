@@ -9,6 +9,7 @@
 // Invalid request (a draft token outside [0, V)): accepted_len[b] = 0 and bonus_token[b] = -1.
 // When the distribution the bonus is drawn from has no positive entry, the bonus is -1.
 #include "cuda_common.cuh"
+#include "cuda_seed_on_device.h"
 
 namespace trtspec {
 namespace cuda {
@@ -34,12 +35,14 @@ struct Row {
 
 __global__ void __launch_bounds__(kThreads)
     verifyBlockKernel(const int64_t* __restrict__ draftTokens, const float* __restrict__ targetProbs,
-                      const float* __restrict__ draftProbs, int32_t D, int32_t vocab, uint64_t seed, uint64_t offset,
-                      int32_t* __restrict__ acceptedLen, int64_t* __restrict__ bonusToken) {
+                      const float* __restrict__ draftProbs, int32_t D, int32_t vocab, uint64_t seedValue,
+                      uint64_t offsetValue, const int64_t* __restrict__ seedOffset, int32_t* __restrict__ acceptedLen, int64_t* __restrict__ bonusToken) {
     using B = detail::Block<kThreads>;
     extern __shared__ double sWeight[];  // [D + 1]: w_0 .. w_D
     __shared__ typename B::Shared s;
     const int32_t b = blockIdx.x;
+    const uint64_t seed = seedOffset != nullptr ? static_cast<uint64_t>(seedOffset[0]) : seedValue;
+    const uint64_t offset = seedOffset != nullptr ? static_cast<uint64_t>(seedOffset[1]) : offsetValue;
     const int64_t* x = draftTokens + static_cast<size_t>(b) * D;
     const float* target = targetProbs + static_cast<size_t>(b) * (D + 1) * vocab;  // row i: p_i
     const float* draft = draftProbs + static_cast<size_t>(b) * D * vocab;          // row i: q_i
@@ -103,10 +106,11 @@ __global__ void __launch_bounds__(kThreads)
 
 size_t verifyBlockWorkspaceSize(int32_t /*batch*/, int32_t /*draftLen*/, int64_t /*vocab*/) { return 0; }
 
-Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
-                   int32_t batch, int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset,
-                   int32_t* acceptedLen, int64_t* bonusToken, void* /*workspace*/, size_t /*workspaceBytes*/,
-                   cudaStream_t stream) {
+namespace {
+
+Status launch(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs, int32_t batch,
+              int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset, const int64_t* seedOffset,
+              int32_t* acceptedLen, int64_t* bonusToken, cudaStream_t stream) {
     if (batch < 0 || batch > kMaxBatch || draftLen < 0 || draftLen > kMaxBlockDraft || vocab < 1 ||
         vocab > INT32_MAX)
         return Status::kInvalidArgument;
@@ -115,9 +119,28 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
         return Status::kInvalidArgument;
     const size_t smem = sizeof(double) * (static_cast<size_t>(draftLen) + 1);
     verifyBlockKernel<<<batch, kThreads, smem, stream>>>(draftTokens, targetProbs, draftProbs, draftLen,
-                                                         static_cast<int32_t>(vocab), seed, offset, acceptedLen,
-                                                         bonusToken);
+                                                         static_cast<int32_t>(vocab), seed, offset, seedOffset,
+                                                         acceptedLen, bonusToken);
     return detail::checkLaunch();
+}
+
+}  // namespace
+
+Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                   int32_t batch, int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset,
+                   int32_t* acceptedLen, int64_t* bonusToken, void* /*workspace*/, size_t /*workspaceBytes*/,
+                   cudaStream_t stream) {
+    return launch(draftTokens, targetProbs, draftProbs, batch, draftLen, vocab, seed, offset, nullptr, acceptedLen,
+                  bonusToken, stream);
+}
+
+Status verifyBlockSeedOnDevice(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                               int32_t batch, int32_t draftLen, int64_t vocab, const int64_t* seedOffset,
+                               int32_t* acceptedLen, int64_t* bonusToken, void* /*workspace*/,
+                               size_t /*workspaceBytes*/, cudaStream_t stream) {
+    if (!seedOffset) return Status::kInvalidArgument;
+    return launch(draftTokens, targetProbs, draftProbs, batch, draftLen, vocab, 0, 0, seedOffset, acceptedLen,
+                  bonusToken, stream);
 }
 
 }  // namespace cuda

@@ -12,6 +12,7 @@
 // the bonus is drawn from has no positive entry (impossible for valid probabilities), the bonus
 // is -1 and the accepted path is kept.
 #include "cuda_common.cuh"
+#include "cuda_seed_on_device.h"
 
 namespace trtspec {
 namespace cuda {
@@ -25,14 +26,16 @@ size_t rowBytes(int64_t vocab) { return detail::alignUp(sizeof(float) * static_c
 __global__ void __launch_bounds__(kThreads)
     verifySampleKernel(const int64_t* __restrict__ tokens, const int32_t* __restrict__ parents,
                        const float* __restrict__ targetProbs, const float* __restrict__ draftProbs,
-                       const int32_t* __restrict__ numNodes, int32_t N, int32_t vocab, int32_t L, uint64_t seed,
-                       uint64_t offset, bool withoutReplacement, float* workspace, size_t rowFloats,
+                       const int32_t* __restrict__ numNodes, int32_t N, int32_t vocab, int32_t L, uint64_t seedValue,
+                       uint64_t offsetValue, const int64_t* __restrict__ seedOffset, bool withoutReplacement, float* workspace, size_t rowFloats,
                        int32_t* __restrict__ acceptedLen, int32_t* __restrict__ acceptedNodes,
                        int64_t* __restrict__ bonusToken) {
     using B = detail::Block<kThreads>;
     extern __shared__ int32_t sParents[];  // [N]
     __shared__ typename B::Shared s;
     const int32_t b = blockIdx.x;
+    const uint64_t seed = seedOffset != nullptr ? static_cast<uint64_t>(seedOffset[0]) : seedValue;
+    const uint64_t offset = seedOffset != nullptr ? static_cast<uint64_t>(seedOffset[1]) : offsetValue;
     const int64_t* tok = tokens + static_cast<size_t>(b) * N;
     int32_t* outNodes = acceptedNodes + static_cast<size_t>(b) * L;
     float* residual = workspace + static_cast<size_t>(b) * 2 * rowFloats;  // p after rejections
@@ -130,11 +133,13 @@ size_t verifySampleWorkspaceSize(int32_t batch, int64_t vocab) {
     return static_cast<size_t>(batch) * 2 * rowBytes(vocab);
 }
 
-Status verifySample(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
-                    const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
-                    int64_t vocab, int32_t maxDepth, uint64_t seed, uint64_t offset,
-                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
-                    int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream) {
+namespace {
+
+Status launch(const int64_t* tokens, const int32_t* parents, const float* targetProbs, const float* draftProbs,
+              const int32_t* numNodes, int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth, uint64_t seed,
+              uint64_t offset, const int64_t* seedOffset, bool siblingsWithoutReplacement, int32_t* acceptedLen,
+              int32_t* acceptedNodes, int64_t* bonusToken, void* workspace, size_t workspaceBytes,
+              cudaStream_t stream) {
     if (batch < 0 || batch > kMaxBatch || nodes < 1 || nodes > kMaxNodes || vocab < 1 || vocab > INT32_MAX ||
         maxDepth < 0 || maxDepth > kMaxNodes)
         return Status::kInvalidArgument;
@@ -146,9 +151,32 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
     const size_t smem = sizeof(int32_t) * static_cast<size_t>(nodes);
     verifySampleKernel<<<batch, kThreads, smem, stream>>>(
         tokens, parents, targetProbs, draftProbs, numNodes, nodes, static_cast<int32_t>(vocab), maxDepth + 1, seed,
-        offset, siblingsWithoutReplacement, static_cast<float*>(workspace), rowBytes(vocab) / sizeof(float),
-        acceptedLen, acceptedNodes, bonusToken);
+        offset, seedOffset, siblingsWithoutReplacement, static_cast<float*>(workspace),
+        rowBytes(vocab) / sizeof(float), acceptedLen, acceptedNodes, bonusToken);
     return detail::checkLaunch();
+}
+
+}  // namespace
+
+Status verifySample(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
+                    int64_t vocab, int32_t maxDepth, uint64_t seed, uint64_t offset,
+                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                    int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream) {
+    return launch(tokens, parents, targetProbs, draftProbs, numNodes, batch, nodes, vocab, maxDepth, seed, offset,
+                  nullptr, siblingsWithoutReplacement, acceptedLen, acceptedNodes, bonusToken, workspace,
+                  workspaceBytes, stream);
+}
+
+Status verifySampleSeedOnDevice(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
+                                const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
+                                int64_t vocab, int32_t maxDepth, const int64_t* seedOffset,
+                                bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                                int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream) {
+    if (!seedOffset) return Status::kInvalidArgument;
+    return launch(tokens, parents, targetProbs, draftProbs, numNodes, batch, nodes, vocab, maxDepth, 0, 0,
+                  seedOffset, siblingsWithoutReplacement, acceptedLen, acceptedNodes, bonusToken, workspace,
+                  workspaceBytes, stream);
 }
 
 }  // namespace cuda
