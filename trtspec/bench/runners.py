@@ -5,7 +5,7 @@
 * :class:`OpenAIRunner` - a running server's ``/v1/completions`` with ``concurrency`` client
   threads; acceptance comes from the server's Prometheus ``/metrics`` scraped before and after
   each category (counters are global, so categories run one after another).
-* :class:`TritonRunner` - trtspec's Triton model through ``tritonclient`` (HTTP), reading the
+* :class:`TritonRunner` - trtspec's Triton model through ``tritonclient`` (gRPC stream), reading the
   outputs ``text_output``, ``acceptance_rate``, ``total_accepted_draft_tokens``, ``total_draft_tokens``.
 
 Multi-turn questions are answered turn by turn (each turn sees the earlier answers); a question's
@@ -77,26 +77,24 @@ def _turns(p: Prompt, cfg: RunConfig) -> int:
 # local runtime
 
 
-def resolve_pair(path: str | Path) -> tuple[Path, Path | None, dict]:
-    """(target_dir, draft_dir or None, manifest) of a bundle directory (``manifest.json`` with
-    ``format: trtspec.bundle/v1``) whose ``target``/``draft`` entries are paths or ``{"path": ...}``
-    relative to the bundle, or of a plain model directory (then the draft is None)."""
+def resolve_pair(path: str | Path) -> tuple[Path, Path | None, str | None]:
+    """(target_dir, draft_dir or None, drafter or None) of ``path``.
+
+    A bundle (a directory whose ``manifest.json`` has ``format: trtspec.bundle/v1``, written by
+    ``trtspec build``) holds ``target/`` and, when speculating with a model, ``draft/``; its drafter
+    is the manifest's ``options.drafter``. Any other directory is a target model (draft None).
+    """
     path = Path(path)
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
-        return path, None, {}
+        return path, None, None
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-
-    def entry(key: str) -> Path | None:
-        value = manifest.get(key)
-        if isinstance(value, dict):
-            value = value.get("path") or value.get("dir")
-        return None if value is None else (path / value if not Path(value).is_absolute() else Path(value))
-
-    target = entry("target")
-    if target is None:
-        raise ValueError(f"bundle {path}: manifest.json has no 'target' entry (keys: {sorted(manifest)})")
-    return target, entry("draft"), manifest
+    if manifest.get("format") != "trtspec.bundle/v1":
+        raise ValueError(f"{manifest_path}: not a trtspec bundle manifest (format {manifest.get('format')!r})")
+    if not (path / "target" / "config.json").is_file():
+        raise ValueError(f"bundle {path}: no target/config.json")
+    draft = path / "draft" if (path / "draft").is_dir() else None
+    return path / "target", draft, (manifest.get("options") or {}).get("drafter")
 
 
 def record_from_stats(qid: str, category: str, stats: Any, output_tokens: int, latency_s: float) -> M.RequestRecord:
@@ -144,9 +142,9 @@ class LocalRunner:
         from trtspec.bench.datasets import load_chat_template
         from trtspec.runtime import load_pipeline
 
-        target_dir, bundle_draft, manifest = resolve_pair(target)
+        target_dir, bundle_draft, bundle_drafter = resolve_pair(target)
         draft = draft if draft is not None else bundle_draft
-        drafter = manifest.get("drafter", drafter) if manifest else drafter
+        drafter = bundle_drafter or drafter
         pipe = load_pipeline(str(target_dir), None if draft is None else str(draft), drafter=drafter,
                              draft_len=draft_len, verify=verify, device=device, dtype=getattr(torch, dtype))
         return cls(pipe, chat=load_chat_template(target_dir),
@@ -267,74 +265,95 @@ TRITON_OUTPUTS = ("text_output", "acceptance_rate", "total_accepted_draft_tokens
 
 
 class TritonRunner:
-    """Sends each turn to Triton model ``model`` over HTTP (``url`` = host:port).
+    """Sends each turn to Triton model ``model`` over gRPC streaming (``url`` = host:port; the
+    trtspec model is decoupled), with ``stream`` false and ``sampling_param_return_perf_metrics``
+    true, and reads ``text_output``, ``total_accepted_draft_tokens``, ``total_draft_tokens``.
 
-    Inputs are matched by name against the model's metadata: ``text_input`` (required), and when
-    the model declares them ``max_tokens`` / ``sampling_param_max_tokens``, ``temperature`` /
-    ``sampling_param_temperature``, ``stream`` (false). Steps per request are
-    ``total_draft_tokens / draft_len`` (fixed D); per-position rates are not reported, so the profile's
-    a_k are the constant fitted to mean AL. Output tokens are counted with ``tokenizer`` when given,
-    else taken as steps + accepted (one token per step plus the accepted drafts).
+    Steps per request are ``total_draft_tokens / draft_len`` (fixed D); per-position rates are not
+    reported, so the profile's a_k are the constant fitted to mean AL. Output tokens are counted
+    with ``tokenizer`` when given, else taken as steps + accepted (one token per step plus the
+    accepted drafts).
     """
 
-    def __init__(self, url: str, model: str, *, draft_len: int, tokenizer: Any = None, chat: Any = None):
+    def __init__(self, url: str, model: str, *, draft_len: int, tokenizer: Any = None, chat: Any = None,
+                 timeout: float = 600.0):
         if draft_len < 1:
             raise ValueError(f"draft_len={draft_len}: expected >= 1")
         self.url, self.model, self.draft_len = url, model, draft_len
-        self.tokenizer, self.chat = tokenizer, chat
+        self.tokenizer, self.chat, self.timeout = tokenizer, chat, timeout
 
-    def _inputs(self, client: Any, text: str, cfg: RunConfig) -> list:
+    def inputs(self, text: str, cfg: RunConfig, batched: bool) -> list:
+        """The request tensors (shape ``[1, 1]`` for a batching model, else ``[1]``)."""
         import numpy as np
-        import tritonclient.http as httpclient
+        import tritonclient.grpc as grpcclient
 
-        meta = client.get_model_metadata(self.model)
-        declared = {i["name"]: i for i in meta["inputs"]}
-        if "text_input" not in declared:
-            raise RuntimeError(f"Triton model {self.model!r} has no input 'text_input' (has {sorted(declared)})")
-        values = {
-            "text_input": np.array([text.encode("utf-8")], dtype=object),
-            "max_tokens": np.array([cfg.max_new_tokens], dtype=np.int32),
-            "sampling_param_max_tokens": np.array([cfg.max_new_tokens], dtype=np.int32),
-            "temperature": np.array([cfg.temperature], dtype=np.float32),
-            "sampling_param_temperature": np.array([cfg.temperature], dtype=np.float32),
-            "stream": np.array([False], dtype=bool),
-        }
+        values = [
+            ("text_input", "BYTES", np.array([text.encode("utf-8")], dtype=np.object_)),
+            ("sampling_param_max_tokens", "INT32", np.array([cfg.max_new_tokens], dtype=np.int32)),
+            ("sampling_param_temperature", "FP32", np.array([cfg.temperature], dtype=np.float32)),
+            ("sampling_param_top_p", "FP32", np.array([cfg.top_p], dtype=np.float32)),
+            ("sampling_param_top_k", "INT32", np.array([cfg.top_k], dtype=np.int32)),
+            ("sampling_param_seed", "UINT64", np.array([cfg.seed], dtype=np.uint64)),
+            ("stream", "BOOL", np.array([False], dtype=bool)),
+            ("sampling_param_return_perf_metrics", "BOOL", np.array([True], dtype=bool)),
+        ]
         out = []
-        for name, spec in declared.items():
-            if name not in values:
-                continue
-            shape = [1 if d == -1 else int(d) for d in spec["shape"]] or [1]
-            arr = values[name].reshape([1] * (len(shape) - 1) + [1]) if len(shape) > 1 else values[name]
-            inp = httpclient.InferInput(name, list(arr.shape), spec["datatype"])
-            inp.set_data_from_numpy(arr.astype(object) if spec["datatype"] == "BYTES" else arr)
-            out.append(inp)
+        for name, dtype, arr in values:
+            arr = arr.reshape(1, 1) if batched else arr
+            t = grpcclient.InferInput(name, list(arr.shape), dtype)
+            t.set_data_from_numpy(arr)
+            out.append(t)
         return out
 
-    def _one(self, client: Any, text: str, cfg: RunConfig) -> tuple[str, int, int]:
-        import tritonclient.http as httpclient
+    def _one(self, client: Any, text: str, cfg: RunConfig, batched: bool) -> tuple[str, int, int]:
+        import queue
 
-        res = client.infer(self.model, self._inputs(client, text, cfg),
-                           outputs=[httpclient.InferRequestedOutput(n) for n in TRITON_OUTPUTS])
-        raw = res.as_numpy("text_output").reshape(-1)[0]
-        answer = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
-        accepted = int(res.as_numpy("total_accepted_draft_tokens").reshape(-1)[0])
-        drafted = int(res.as_numpy("total_draft_tokens").reshape(-1)[0])
-        return answer, accepted, drafted
+        import tritonclient.grpc as grpcclient
+
+        results: "queue.Queue" = queue.Queue()
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        try:
+            client.async_stream_infer(self.model, self.inputs(text, cfg, batched),
+                                      outputs=[grpcclient.InferRequestedOutput(n) for n in TRITON_OUTPUTS],
+                                      enable_empty_final_response=True)
+            answer, accepted, drafted = "", 0, 0
+            while True:
+                result, error = results.get(timeout=self.timeout)
+                if error is not None:
+                    raise RuntimeError(f"Triton model {self.model!r}: {error}")
+                raw = result.as_numpy("text_output")
+                if raw is not None and raw.size:
+                    piece = raw.reshape(-1)[0]
+                    answer = piece.decode("utf-8", errors="replace") if isinstance(piece, bytes) else str(piece)
+                for name in ("total_accepted_draft_tokens", "total_draft_tokens"):
+                    arr = result.as_numpy(name)
+                    if arr is not None and arr.size:
+                        if name == "total_draft_tokens":
+                            drafted = int(arr.reshape(-1)[0])
+                        else:
+                            accepted = int(arr.reshape(-1)[0])
+                params = result.get_response().parameters
+                if "triton_final_response" in params and params["triton_final_response"].bool_param:
+                    return answer, accepted, drafted
+        finally:
+            client.stop_stream()
 
     def _question(self, p: Prompt, cfg: RunConfig) -> tuple[M.RequestRecord, list[str]]:
-        import tritonclient.http as httpclient
+        import tritonclient.grpc as grpcclient
 
-        client = httpclient.InferenceServerClient(self.url)
+        client = grpcclient.InferenceServerClient(self.url)
+        batched = int(client.get_model_config(self.model, as_json=True)["config"].get("max_batch_size", 0)) > 0
         answers: list[str] = []
         acc = drafted = tokens = 0
         start = time.perf_counter()
         for turn in range(_turns(p, cfg)):
-            text, a, d = self._one(client, render_turn(p, turn, answers, self.chat), cfg)
+            text, a, d = self._one(client, render_turn(p, turn, answers, self.chat), cfg, batched)
             answers.append(text)
             acc, drafted = acc + a, drafted + d
             if self.tokenizer is not None:
                 enc = self.tokenizer.encode(text)
                 tokens += len(getattr(enc, "ids", enc))
+        client.close()
         steps = round(drafted / self.draft_len)
         if self.tokenizer is None:
             tokens = steps + acc
@@ -352,7 +371,7 @@ class TritonRunner:
                 if progress is not None:
                     progress(1)
         return RunOutput(records, time.perf_counter() - t0, texts,
-                         source=f"Triton model {self.model!r} at {self.url}: total_accepted_draft_tokens / "
+                         source=f"Triton model {self.model!r} at {self.url} (gRPC): total_accepted_draft_tokens / "
                                 f"total_draft_tokens outputs, D={self.draft_len}")
 
 
