@@ -1,0 +1,230 @@
+"""Roofline step-time model of one forward pass, per op class (co-design guidelines 1-4 live here).
+
+All times in seconds, sizes in bytes, work in FLOPs; one GPU of a tensor-parallel group of ``tp`` GPUs. A forward
+processes ``batch`` requests with ``tokens`` new tokens each (1 for plain decode, 1+D to verify a chain of D drafts,
+``num_nodes`` for a tree) against a KV cache of ``context`` tokens.
+
+* **Linear layers** (guideline 1): a GEMM with M = batch*tokens rows costs
+  ``max(weight+activation bytes / BW, 2*M*params / peak)``. Once compute-bound, M is rounded up to the GEMM tile
+  (``gpu.gemm_tile_m``): verification raises M to B*(1+D) and costs nothing extra until that crossover.
+* **Attention** (guidelines 2-3): the G*tokens query rows that share one KV head go into MMA tiles of
+  ``gpu.attention_tile_rows`` (128) rows; each tile pass streams that head's KV cache once (sliding-window layers:
+  ``min(context, window)`` tokens; MLA: the shared ``kv_lora_rank + rope`` latent with G = all local heads). The
+  arithmetic intensity is ~2*G*(1+D) FLOP per KV element, so the cost is flat until G*(1+D) reaches 128, then grows
+  by one pass at each further multiple of 128. Hence D = 128/G - 1 and "prefer G*(1+D) a multiple of 128".
+* **Linear attention / Mamba-2**: a fixed state per request is read once and written ``tokens`` times (verification
+  keeps one state snapshot per draft position so that rejected drafts can be rolled back).
+* **MoE**: T = batch*tokens routed tokens touch ``E*(1-(1-k/E)^T)`` distinct experts per layer on average; those
+  experts' weights are loaded; each expert's grouped GEMM rounds its rows up to the tile once compute-bound.
+* **Tensor parallel**: one all-reduce of the step's activations after each mixer and each feed-forward:
+  ``latency + 2*(tp-1)/tp * bytes / link_bandwidth``.
+* **Fixed costs**: ``gpu.layer_overhead`` per layer (launch gaps under CUDA graphs) and ``gpu.step_overhead`` per
+  forward (scheduling, sampling, host sync); see the GPU file for the justification of each figure.
+
+Guideline 4 (low-latency end) follows: at batch 1 both the target and a deep draft are dominated by per-layer work,
+so speedup ~ AL / (1 + rho*D) with rho ~ draft depth / target depth.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from trtspec.recipes.arch import Architecture, Block
+from trtspec.recipes.errors import RecipeError
+from trtspec.recipes.gpus import GPU
+
+# quant -> (weight bytes/param, KV bytes/element, tensor-core dtype for GEMMs). fp4 = NVFP4: 4 bits + one fp8 scale
+# per 16 values; int4 AWQ: 4 bits + an fp16 scale per 128 values, computed in bf16.
+QUANTS = {
+    "none": (2.0, 2.0, "bf16"), "bf16": (2.0, 2.0, "bf16"), "fp16": (2.0, 2.0, "bf16"),
+    "fp8": (1.0, 1.0, "fp8"), "fp4": (0.5625, 1.0, "fp4"), "nvfp4": (0.5625, 1.0, "fp4"),
+    "int4_awq": (0.5156, 2.0, "bf16"), "w4a8_awq": (0.5156, 1.0, "fp8"),
+}
+ACT_BYTES = 2.0      # activations travel in bf16
+STATE_BYTES = 4.0    # recurrent (linear attention / SSM) states are kept in fp32
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per weight / KV element and the GEMM compute dtype for a ``--quant`` name (see ``QUANTS``).
+
+    ``QUANT:attn=OTHER`` keeps the attention/mixer weights in ``OTHER`` (e.g. ``fp4:attn=bf16``, the mixed recipe
+    TensorRT-LLM uses for DeepSeek-R1 at low latency); ``mixer_weight_bytes`` then differs from ``weight_bytes``."""
+
+    quant: str
+    weight_bytes: float
+    kv_bytes: float
+    compute: str
+    mixer_weight_bytes: float | None = None
+
+    @classmethod
+    def of(cls, quant: str) -> "Precision":
+        text = str(quant).lower().strip()
+        base, _, rest = text.partition(":")
+        if base not in QUANTS:
+            raise RecipeError(f"unknown --quant {quant!r}; expected one of {', '.join(QUANTS)} "
+                              "(optionally with ':attn=<quant>')")
+        mixer = None
+        if rest:
+            key, _, other = rest.partition("=")
+            if key != "attn" or other not in QUANTS:
+                raise RecipeError(f"--quant {quant!r}: expected '{base}:attn=<one of {', '.join(QUANTS)}>'")
+            mixer = QUANTS[other][0]
+        return cls(text, *QUANTS[base], mixer_weight_bytes=mixer)
+
+
+@dataclass
+class StepCost:
+    """Seconds per op class for one forward; ``total`` sums them."""
+
+    linear: float = 0.0
+    attention: float = 0.0
+    state: float = 0.0
+    moe: float = 0.0
+    lm_head: float = 0.0
+    comm: float = 0.0
+    overhead: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    def add(self, other: "StepCost", scale: float = 1.0) -> "StepCost":
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + scale * getattr(other, f.name))
+        return self
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def gemm_time(params: float, m: int, gpu: GPU, prec: Precision, hidden: int, wbytes: float | None = None) -> float:
+    """One group of weight matrices (``params`` elements on this GPU, ``wbytes`` bytes each, default the quant's)
+    applied to ``m`` rows of width ~``hidden``."""
+    if params <= 0 or m <= 0:
+        return 0.0
+    bw = gpu.bandwidth * gpu.eff_bandwidth
+    wb = prec.weight_bytes if wbytes is None else wbytes
+    peak = gpu.peak_flops(prec.compute if wb <= prec.weight_bytes else "bf16") * gpu.eff_compute
+    t_mem = (params * wb + m * 2 * hidden * ACT_BYTES) / bw
+    t_cmp = 2.0 * m * params / peak
+    if t_cmp > t_mem:  # compute-bound: a partly filled tile costs a full one
+        t_cmp = 2.0 * math.ceil(m / gpu.gemm_tile_m) * gpu.gemm_tile_m * params / peak
+    return max(t_mem, t_cmp)
+
+
+def attention_time(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int,
+                   context: int) -> float:
+    """Decode/verify attention of one layer (see module docstring, guidelines 2-3)."""
+    bw = gpu.bandwidth * gpu.eff_bandwidth
+    attn_dtype = "fp8" if prec.kv_bytes <= 1.0 and "fp8" in gpu.flops else "bf16"
+    peak = gpu.peak_flops(attn_dtype) * gpu.eff_compute
+    tile = gpu.attention_tile_rows
+    length = context + tokens
+    if block.mixer == "mla":
+        heads = max(1, arch.num_heads // tp)
+        latent = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
+        passes = math.ceil(heads * tokens / tile)
+        bytes_pass = batch * length * latent * prec.kv_bytes
+        flops_pass = batch * 2.0 * tile * length * (latent + arch.mla.kv_lora_rank)
+        return passes * max(bytes_pass / bw, flops_pass / peak)
+    if block.window:
+        length = min(length, block.window)
+    kv_local = max(1, arch.num_kv_heads // tp)
+    group = max(1, arch.num_heads // tp // kv_local)
+    passes = math.ceil(group * tokens / tile)
+    bytes_pass = batch * kv_local * length * 2 * arch.head_dim * prec.kv_bytes
+    flops_pass = batch * kv_local * 4.0 * tile * length * arch.head_dim
+    return passes * max(bytes_pass / bw, flops_pass / peak)
+
+
+def state_time(spec, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int) -> float:
+    """Linear-attention / Mamba-2 state traffic: read once, write one snapshot per token (rollback of rejected drafts)."""
+    bw = gpu.bandwidth * gpu.eff_bandwidth
+    peak = gpu.peak_flops("bf16") * gpu.eff_compute
+    per_request = (spec.state * STATE_BYTES + spec.conv * ACT_BYTES) / tp
+    bytes_ = batch * per_request * (1 + tokens)
+    flops = batch * tokens * spec.flops_per_token / tp
+    return max(bytes_ / bw, flops / peak)
+
+
+def unique_experts(num_experts: int, k: int, routed_tokens: int) -> float:
+    """Expected distinct experts hit by ``routed_tokens`` tokens choosing k of E uniformly: E*(1-(1-k/E)^T)."""
+    return num_experts * (1.0 - (1.0 - k / num_experts) ** routed_tokens)
+
+
+def moe_time(arch: Architecture, gpu: GPU, prec: Precision, tp: int, m: int) -> float:
+    """Routed experts of one MoE layer for ``m`` tokens (shared experts are a dense GEMM, counted as linear)."""
+    moe = arch.moe
+    bw = gpu.bandwidth * gpu.eff_bandwidth
+    peak = gpu.peak_flops(prec.compute) * gpu.eff_compute
+    u = unique_experts(moe.num_experts, moe.experts_per_token, m)
+    per_expert = arch.expert_params / tp
+    t_mem = (u * per_expert * prec.weight_bytes + m * moe.experts_per_token * 2 * arch.hidden * ACT_BYTES) / bw
+    rows = m * moe.experts_per_token / u  # rows per active expert
+    t_cmp = 2.0 * m * moe.experts_per_token * per_expert / peak
+    if t_cmp > t_mem:
+        t_cmp = 2.0 * u * math.ceil(rows / gpu.gemm_tile_m) * gpu.gemm_tile_m * per_expert / peak
+    return max(t_mem, t_cmp)
+
+
+def allreduce_time(gpu: GPU, tp: int, nbytes: float) -> float:
+    if tp <= 1:
+        return 0.0
+    link = gpu.link_bandwidth * gpu.eff_link
+    if link <= 0:
+        raise RecipeError(f"gpu {gpu.name!r} has no interconnect figure; cannot model --tp {tp}")
+    return gpu.allreduce_latency + 2.0 * (tp - 1) / tp * nbytes / link
+
+
+def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int,
+               context: int) -> StepCost:
+    """One decoder layer of kind ``block``."""
+    m = batch * tokens
+    c = StepCost(overhead=gpu.layer_overhead)
+    if block.mixer:
+        c.linear += gemm_time(arch.mixer_params(block.mixer) / tp, m, gpu, prec, arch.hidden, prec.mixer_weight_bytes)
+        if block.mixer in ("linear", "mamba2"):
+            c.state += state_time(arch.linear if block.mixer == "linear" else arch.mamba, gpu, prec, tp, batch, tokens)
+        else:
+            c.attention += attention_time(arch, block, gpu, prec, tp, batch, tokens, context)
+        c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
+    if block.ffn:
+        c.linear += gemm_time(arch.ffn_params(block.ffn) / tp, m, gpu, prec, arch.hidden)
+        if block.ffn == "moe":
+            c.moe += moe_time(arch, gpu, prec, tp, m)
+        c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
+    return c
+
+
+def forward_cost(arch: Architecture, gpu: GPU, prec: Precision, *, tp: int = 1, batch: int = 1, tokens: int = 1,
+                 context: int = 4096, blocks=None, lm_head_params: int | None = None, step_overhead: bool = True) -> StepCost:
+    """One forward of ``blocks`` (default: all of ``arch``'s layers, as a Counter of Block -> count) plus the LM head
+    (``lm_head_params`` elements, default vocab*hidden; logits for every token) and the fixed per-step overhead."""
+    if batch < 1 or tokens < 1 or context < 0 or tp < 1:
+        raise RecipeError(f"need batch >= 1, tokens >= 1, context >= 0, tp >= 1; got {batch}, {tokens}, {context}, {tp}")
+    total = StepCost(overhead=gpu.step_overhead if step_overhead else 0.0)
+    for block, count in (blocks if blocks is not None else arch.block_counts()).items():
+        total.add(block_cost(arch, block, gpu, prec, tp, batch, tokens, context), count)
+    head = arch.lm_head_params if lm_head_params is None else lm_head_params
+    total.lm_head += gemm_time(head / tp, batch * tokens, gpu, prec, arch.hidden)
+    return total
+
+
+def weight_bytes(arch: Architecture, prec: Precision, tp: int) -> float:
+    """Weights resident on one GPU (all experts; embedding + LM head)."""
+    return arch.total_params() * prec.weight_bytes / tp
+
+
+def cache_bytes(arch: Architecture, prec: Precision, tp: int, batch: int, context: int) -> float:
+    """KV cache (sliding layers keep only their window) and recurrent states for ``batch`` requests, one GPU."""
+    per_req = 0.0
+    for block, count in arch.block_counts().items():
+        if block.mixer in ("linear", "mamba2"):
+            spec = arch.linear if block.mixer == "linear" else arch.mamba
+            per_req += count * (spec.state * STATE_BYTES + spec.conv * ACT_BYTES) / tp
+        else:
+            length = min(context, block.window) if block.window else context
+            kv_div = 1 if block.mixer == "mla" else min(tp, arch.num_kv_heads)
+            per_req += count * length * arch.kv_elems_per_token(block) * prec.kv_bytes / kv_div
+    return batch * per_req

@@ -1,0 +1,135 @@
+"""Drafters: what one drafting phase costs (seconds) for D drafts, and the memory it needs (bytes).
+
+* ``draft_model`` -- a separate small model (its own ``Architecture``) run D times serially, one token per request.
+* ``eagle3`` -- one decoder layer of the target's width + an ``fc`` fusing 3 target hidden states (3h x h) + an LM
+  head over the draft vocabulary (32k by default), run D times serially; ``width`` tokens per request per step for a
+  tree (top-k expansion).
+* ``mtp`` -- the target's own MTP layer (one full decoder layer of the target, MoE included, + ``eh_proj`` 2h x h +
+  the shared LM head), reused serially D times (TensorRT-LLM's "MTP layers in autoregressive style").
+* ``dflash`` -- a ~5-layer block-diffusion draft of the target's width: one parallel pass over the D-token block.
+* ``dspark`` -- the dflash pass plus a light serial Markov head (2h x h + LM head) applied D times.
+* ``ngram`` / ``sa`` -- no model: n-gram / suffix-automaton lookup, a small fixed cost (assumed 15 us + 0.5 us per
+  draft token; host-side in TensorRT-LLM, overlapped in part).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from trtspec.recipes.arch import Architecture, Block
+from trtspec.recipes.costmodel import Precision, StepCost, forward_cost, weight_bytes
+from trtspec.recipes.errors import RecipeError
+from trtspec.recipes.gpus import GPU
+
+DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
+TREE_DRAFTERS = ("eagle3",)
+SAMPLE_OVERHEAD = 10e-6     # s: top-k / argmax + bookkeeping per serial draft step
+LOOKUP_FIXED = 15e-6        # s: ngram / suffix-automaton lookup per step
+LOOKUP_PER_TOKEN = 0.5e-6   # s per proposed token
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """``kind`` in ``DRAFTERS``; ``draft_arch`` only for draft_model; ``draft_vocab`` for eagle3 (default 32000);
+    ``dflash_layers`` for dflash/dspark (default 5)."""
+
+    kind: str
+    draft_arch: Architecture | None = None
+    draft_vocab: int = 32000
+    dflash_layers: int = 5
+    quant: str | None = None  # draft weights' --quant; default: the target's
+
+    def __post_init__(self):
+        if self.kind not in DRAFTERS:
+            raise RecipeError(f"unknown drafter {self.kind!r}; expected one of {', '.join(DRAFTERS)}")
+        if self.kind == "draft_model" and self.draft_arch is None:
+            raise RecipeError("drafter draft_model needs the draft's architecture (--draft-model NAME|DIR)")
+        if self.draft_vocab < 1 or self.dflash_layers < 1:
+            raise RecipeError("draft_vocab and dflash_layers must be >= 1")
+
+    @property
+    def is_tree(self) -> bool:
+        return self.kind in TREE_DRAFTERS
+
+    def _target_layer(self, target: Architecture) -> Block:
+        full = [b for b in target.blocks if b.mixer in ("attention", "mla")] or [b for b in target.blocks if b.mixer]
+        ffn = "moe" if target.moe else "dense"
+        return Block(full[-1].mixer if full else "attention", ffn)
+
+    def step_time(self, target: Architecture, gpu: GPU, prec: Precision, *, tp: int, batch: int, draft_len: int,
+                  context: int, width: int = 1) -> StepCost:
+        """Drafting phase for ``draft_len`` drafts (depth for a tree; ``width`` tokens per request per step)."""
+        cost = StepCost()
+        if draft_len <= 0:
+            return cost
+        h = target.hidden
+        if self.quant:
+            prec = Precision.of(self.quant)
+        if self.kind in ("ngram", "sa"):
+            cost.overhead += LOOKUP_FIXED + LOOKUP_PER_TOKEN * draft_len
+            return cost
+        if self.kind == "draft_model":
+            one = forward_cost(self.draft_arch, gpu, prec, tp=tp, batch=batch, tokens=width, context=context,
+                               step_overhead=False)
+            one.overhead += SAMPLE_OVERHEAD
+            return cost.add(one, draft_len)
+        if self.kind == "eagle3":
+            layer = Counter({Block("attention", "dense"): 1})
+            core = _eagle_arch(target)
+            one = forward_cost(core, gpu, prec, tp=tp, batch=batch, tokens=width, context=context, blocks=layer,
+                               lm_head_params=self.draft_vocab * h, step_overhead=False)
+            one.linear += _gemm(3 * h * h / tp, batch * width, gpu, prec, h)
+            one.overhead += SAMPLE_OVERHEAD
+            return cost.add(one, draft_len)
+        if self.kind == "mtp":
+            layer = Counter({self._target_layer(target): 1})
+            one = forward_cost(target, gpu, prec, tp=tp, batch=batch, tokens=width, context=context, blocks=layer,
+                               step_overhead=False)
+            one.linear += _gemm(2 * h * h / tp, batch * width, gpu, prec, h)
+            one.overhead += SAMPLE_OVERHEAD
+            return cost.add(one, draft_len)
+        # dflash / dspark: one parallel pass over the block of draft_len tokens
+        core = _eagle_arch(target)
+        layers = Counter({Block("attention", "dense"): self.dflash_layers})
+        cost.add(forward_cost(core, gpu, prec, tp=tp, batch=batch, tokens=draft_len, context=context, blocks=layers,
+                              step_overhead=False))
+        cost.overhead += SAMPLE_OVERHEAD
+        if self.kind == "dspark":
+            head = StepCost(overhead=SAMPLE_OVERHEAD + gpu.layer_overhead)
+            head.linear += _gemm(2 * h * h / tp, batch, gpu, prec, h)
+            head.lm_head += _gemm(target.vocab * h / tp, batch, gpu, prec, h)
+            cost.add(head, draft_len)
+        return cost
+
+    def memory_bytes(self, target: Architecture, prec: Precision, tp: int) -> float:
+        """Extra weights on one GPU (KV of the draft is small next to the target's and is left out)."""
+        h = target.hidden
+        if self.kind in ("ngram", "sa"):
+            return 0.0
+        if self.kind == "draft_model":
+            return weight_bytes(self.draft_arch, prec, tp)
+        core = _eagle_arch(target)
+        layer = core.mixer_params("attention") + core.ffn_params("dense")
+        if self.kind == "eagle3":
+            return (layer + 3 * h * h + self.draft_vocab * h) * prec.weight_bytes / tp
+        if self.kind == "mtp":
+            blk = self._target_layer(target)
+            experts = target.moe.num_experts * target.expert_params if target.moe else 0
+            return (target.mixer_params(blk.mixer) + target.ffn_params(blk.ffn) + experts + 2 * h * h) * prec.weight_bytes / tp
+        extra = (2 * h * h + target.vocab * h) if self.kind == "dspark" else 0
+        return (self.dflash_layers * layer + extra) * prec.weight_bytes / tp
+
+
+def _gemm(params, m, gpu, prec, hidden):
+    from trtspec.recipes.costmodel import gemm_time
+
+    return gemm_time(params, m, gpu, prec, hidden)
+
+
+def _eagle_arch(target: Architecture) -> Architecture:
+    """A dense GQA layer of the target's width (EAGLE-3 / DFlash draft layers use a Llama-style layer)."""
+    inter = target.intermediate or (target.moe.intermediate * target.moe.experts_per_token if target.moe else 4 * target.hidden)
+    return Architecture(name=f"{target.name}-draft-layer", hidden=target.hidden, vocab=target.vocab,
+                        num_heads=target.num_heads, num_kv_heads=target.num_kv_heads if not target.mla else 8,
+                        head_dim=target.head_dim if not target.mla else 128, intermediate=inter,
+                        blocks=(Block("attention", "dense"),))

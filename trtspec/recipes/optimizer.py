@@ -1,0 +1,292 @@
+"""Draft-length optimizer: for each batch bucket, the drafter, D (and tree) that maximize the objective.
+
+For every batch size B and offered drafter (guideline 5: pick the drafter per row) the optimizer evaluates every
+chain D in [0, max_draft_len] -- a global argmax, since throughput versus D is a staircase (attention and GEMM tiles,
+MoE expert loading), not a unimodal curve -- and, for tree drafters whose acceptance profile has ``rank_weights``,
+Sequoia-style trees: for depth d and top-k width K the N best nodes by positional acceptance value
+``prod_path a_depth * w_rank`` (each node's value is at most its parent's and its lower-rank sibling's, so the top-N
+set is a valid tree and is optimal for its size).
+
+Objectives: ``throughput`` maximizes B*E[AL]/step and, among configurations within ``tie_tolerance`` (0.1%) of the
+best, takes the smallest D (less wasted verification work; guideline 3's "stay below the next multiple of 128");
+``latency`` maximizes E[AL]/step with no tolerance (any gain counts). Rows whose weights + KV cache + draft do not fit
+in ``memory_fraction`` of the GPU memory are flagged (``fits_memory``) rather than dropped.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from trtspec.recipes.acceptance import AcceptanceProfile
+from trtspec.recipes.arch import Architecture
+from trtspec.recipes.calibration import CostTable
+from trtspec.recipes.costmodel import Precision, StepCost, cache_bytes, forward_cost, weight_bytes
+from trtspec.recipes.drafters import DrafterSpec
+from trtspec.recipes.errors import RecipeError
+from trtspec.recipes.gpus import GPU
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+OBJECTIVES = ("throughput", "latency")
+TREE_TOPK = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Inputs of one plan. ``acceptance`` maps drafter kind -> profile; ``draft_len`` fixes D (what-if mode);
+    ``context`` in tokens; ``max_tree_nodes`` bounds tree size (TensorRT-LLM max_total_draft_tokens + 1)."""
+
+    model: Architecture
+    gpu: GPU
+    drafters: tuple
+    acceptance: dict
+    tp: int = 1
+    quant: str = "none"
+    batches: tuple = DEFAULT_BATCHES
+    context: int = 4096
+    max_draft_len: int = 16
+    objective: str = "throughput"
+    draft_len: int | None = None
+    calibration: CostTable | None = None
+    max_tree_nodes: int = 64
+    tie_tolerance: float = 1e-3
+    memory_fraction: float = 0.9
+
+    def __post_init__(self):
+        if not self.drafters:
+            raise RecipeError("at least one drafter is needed (--drafter)")
+        for d in self.drafters:
+            if not isinstance(d, DrafterSpec):
+                raise RecipeError(f"drafters must be DrafterSpec objects, got {d!r}")
+            if d.kind not in self.acceptance:
+                raise RecipeError(f"drafter {d.kind!r} has no acceptance source; pass --acceptance FILE|prior:NAME|"
+                                  "rates=...|al=A@D (plan never assumes one)")
+        if self.objective not in OBJECTIVES:
+            raise RecipeError(f"--objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if not self.batches or any(int(b) < 1 for b in self.batches):
+            raise RecipeError(f"--batch sizes must be >= 1, got {self.batches}")
+        if self.tp < 1 or self.context < 0 or self.max_draft_len < 0 or self.max_tree_nodes < 2:
+            raise RecipeError("need --tp >= 1, --context >= 0, max_draft_len >= 0, max_tree_nodes >= 2")
+        if self.draft_len is not None and not 0 <= self.draft_len <= max(self.max_draft_len, self.draft_len):
+            raise RecipeError(f"--draft-len must be >= 0, got {self.draft_len}")
+        if self.gpu.requires_calibration and self.calibration is None:
+            raise RecipeError(f"gpu {self.gpu.name!r} has no datasheet figures; pass --calibration cost_table.json")
+        Precision.of(self.quant)
+
+
+@dataclass
+class Point:
+    """One evaluated configuration at one batch size (times in seconds)."""
+
+    drafter: str
+    draft_len: int
+    num_nodes: int
+    topk: int
+    expected_al: float
+    draft: StepCost
+    verify: StepCost
+    step: float
+    tokens_per_s: float
+
+    @property
+    def per_request_tokens_per_s(self) -> float:
+        return self.expected_al / self.step
+
+
+@dataclass
+class Row:
+    batch: int
+    drafter: str
+    draft_len: int
+    num_nodes: int
+    topk: int
+    expected_al: float
+    draft_ms: float
+    verify_ms: float
+    step_ms: float
+    tokens_per_s: float
+    baseline_tokens_per_s: float
+    speedup: float
+    binding_rule: str
+    fits_memory: bool
+    breakdown_ms: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = {}
+        for k, v in self.__dict__.items():
+            if isinstance(v, float):
+                v = round(v, 5)
+            elif isinstance(v, dict):
+                v = {a: round(b, 5) for a, b in v.items()}
+            out[k] = v
+        return out
+
+
+@dataclass
+class Plan:
+    request: PlanRequest
+    rows: list
+    curves: dict  # batch -> drafter -> [speedup at chain D = 0..Dmax]
+
+
+class _Evaluator:
+    """Caches target forwards per token count and draft phases per (drafter, D, width) for one batch size."""
+
+    def __init__(self, req: PlanRequest, batch: int):
+        self.req, self.batch = req, batch
+        self.prec = Precision.of(req.quant)
+        self._verify: dict = {}
+        self._draft: dict = {}
+
+    def verify(self, tokens: int) -> StepCost:
+        if tokens not in self._verify:
+            r = self.req
+            if r.calibration is not None:
+                self._verify[tokens] = StepCost(linear=r.calibration.target_time(self.batch, tokens))
+            else:
+                self._verify[tokens] = forward_cost(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch,
+                                                    tokens=tokens, context=r.context)
+        return self._verify[tokens]
+
+    def draft(self, spec: DrafterSpec, depth: int, width: int) -> StepCost:
+        key = (spec.kind, depth, width)
+        if key not in self._draft:
+            r = self.req
+            if depth == 0:
+                cost = StepCost()
+            elif r.calibration is not None:
+                if spec.kind in ("dflash",):
+                    cost = StepCost(linear=r.calibration.draft_step_time(self.batch, depth))
+                else:
+                    cost = StepCost(linear=depth * r.calibration.draft_step_time(self.batch, width))
+            else:
+                cost = spec.step_time(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch, draft_len=depth,
+                                      context=r.context, width=width)
+            self._draft[key] = cost
+        return self._draft[key]
+
+    def point(self, spec: DrafterSpec, depth: int, al: float, nodes: int, topk: int = 1) -> Point:
+        verify = self.verify(nodes)
+        draft = self.draft(spec, depth, topk)
+        spec_ovh = self.req.gpu.spec_overhead if depth > 0 and self.req.calibration is None else 0.0
+        step = verify.total + draft.total + spec_ovh
+        return Point(spec.kind, depth, nodes, topk, al, draft, verify, step, self.batch * al / step)
+
+
+def tree_values(profile: AcceptanceProfile, depth: int, topk: int, max_nodes: int) -> list:
+    """Positional-acceptance values of the best ``max_nodes - 1`` draft nodes (best first) of a tree of at most
+    ``depth`` levels and ``topk`` children per node; E[AL] of the top-N tree = 1 + sum of the first N-1 values."""
+    weights = (profile.rank_weights or (1.0,))[:topk]
+    heap = [(-profile.rate(1) * w, 1) for w in weights]
+    heapq.heapify(heap)
+    out = []
+    while heap and len(out) < max_nodes - 1:
+        neg, d = heapq.heappop(heap)
+        out.append(-neg)
+        if d < depth:
+            for w in weights:
+                heapq.heappush(heap, (neg * profile.rate(d + 1) * w, d + 1))
+    return out
+
+
+def _candidates(ev: _Evaluator, spec: DrafterSpec, profile: AcceptanceProfile, req: PlanRequest) -> list:
+    fixed = req.draft_len
+    dmax = fixed if fixed is not None else req.max_draft_len
+    als = profile.al_curve(dmax)
+    depths = [fixed] if fixed is not None else range(0, dmax + 1)
+    pts = [ev.point(spec, d, als[d], d + 1) for d in depths]
+    if spec.is_tree and profile.rank_weights and fixed is None:
+        for topk in TREE_TOPK[1:]:
+            if topk > len(profile.rank_weights):
+                break
+            for depth in range(1, dmax + 1):
+                vals = tree_values(profile, depth, topk, req.max_tree_nodes)
+                al = 1.0
+                for n, v in enumerate(vals, start=2):
+                    al += v
+                    if n > depth + 1:  # chains are covered above
+                        pts.append(ev.point(spec, depth, al, n, topk))
+    return pts
+
+
+def _choose(points: list, req: PlanRequest) -> Point:
+    key = (lambda p: p.tokens_per_s)
+    best = max(key(p) for p in points)
+    tol = req.tie_tolerance if req.objective == "throughput" else 0.0
+    good = [p for p in points if key(p) >= best * (1.0 - tol) - 1e-15]
+    return min(good, key=lambda p: (p.draft_len, p.num_nodes, -key(p)))
+
+
+def _binding(req: PlanRequest, ev: _Evaluator, spec: DrafterSpec, profile: AcceptanceProfile, p: Point) -> str:
+    if req.draft_len is not None:
+        return f"fixed: --draft-len {req.draft_len}"
+    if p.num_nodes > p.draft_len + 1:
+        return f"tree: {p.num_nodes} nodes, depth {p.draft_len}, top-{p.topk} (positional acceptance)"
+    d = p.draft_len
+    if d >= req.max_draft_len and d > 0:
+        return f"max_draft_len {req.max_draft_len} reached"
+    nxt = ev.point(spec, d + 1, profile.expected_al(d + 1), d + 2)
+    dv = nxt.verify.as_dict()
+    cv = p.verify.as_dict()
+    deltas = {k: dv[k] - cv[k] for k in dv}
+    deltas["draft"] = nxt.draft.total - p.draft.total + (req.gpu.spec_overhead if d == 0 else 0.0)
+    total = sum(deltas.values())
+    a_next = profile.rate(d + 1)
+    if total <= 0.005 * p.step:
+        return f"acceptance: a_{d + 1} = {a_next:.2f} adds too little AL"
+    main = max(deltas, key=deltas.get)
+    prefix = "no gain: " if d == 0 else ""
+    m = req.model
+    if main == "attention":
+        kv_local = max(1, m.num_kv_heads // req.tp)
+        g = max(1, m.num_heads // req.tp) if m.mla else max(1, m.num_heads // req.tp // kv_local)
+        tile = req.gpu.attention_tile_rows
+        return (f"{prefix}guidelines 2-3: attention tile, G*(1+D) = {g * (d + 1)} -> {g * (d + 2)} "
+                f"crosses {tile * ((g * (d + 1)) // tile + 1)}" if (g * (d + 2) - 1) // tile > (g * (d + 1) - 1) // tile
+                else f"{prefix}attention KV reads grow with 1+D")
+    if main in ("linear", "lm_head"):
+        return f"{prefix}guideline 1: GEMMs compute-bound at M = B*(1+D) = {ev.batch * (d + 2)}"
+    if main == "moe":
+        return f"{prefix}MoE: more distinct experts loaded per layer as B*(1+D) grows"
+    if main == "state":
+        return f"{prefix}linear-attention/Mamba state snapshots grow with 1+D"
+    if main == "draft":
+        rho = (nxt.draft.total - p.draft.total) / max(ev.verify(1).total, 1e-12)
+        return f"{prefix}guideline 4: draft cost rho*D, rho = {rho:.3f}"
+    return f"{prefix}{main} (fixed costs) grows with D"
+
+
+def memory_needed(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int) -> float:
+    prec = Precision.of(req.quant)
+    return (weight_bytes(req.model, prec, req.tp) + cache_bytes(req.model, prec, req.tp, batch, req.context + nodes)
+            + spec.memory_bytes(req.model, prec, req.tp))
+
+
+def plan(req: PlanRequest) -> Plan:
+    """Evaluate every batch bucket of ``req``; returns rows (one per batch) and chain speedup curves for plots."""
+    rows, curves = [], {}
+    for batch in sorted({int(b) for b in req.batches}):
+        ev = _Evaluator(req, batch)
+        base = ev.point(req.drafters[0], 0, 1.0, 1)
+        best = None
+        curves[batch] = {}
+        for spec in req.drafters:
+            profile = req.acceptance[spec.kind]
+            pts = _candidates(ev, spec, profile, req)
+            chain = [p for p in pts if p.num_nodes == p.draft_len + 1]
+            curves[batch][spec.kind] = [round(p.tokens_per_s / base.tokens_per_s, 5) for p in sorted(chain, key=lambda p: p.draft_len)]
+            choice = _choose(pts, req)
+            if best is None or choice.tokens_per_s > best[0].tokens_per_s * (1 + 1e-9):
+                best = (choice, spec, profile)
+        p, spec, profile = best
+        fits = (req.gpu.requires_calibration or
+                memory_needed(req, spec, batch, p.num_nodes) <= req.memory_fraction * req.gpu.memory_bytes)
+        breakdown = {k: v * 1e3 for k, v in p.verify.as_dict().items()}
+        breakdown["draft"] = p.draft.total * 1e3
+        rows.append(Row(
+            batch=batch, drafter=spec.kind if p.draft_len else "none", draft_len=p.draft_len, num_nodes=p.num_nodes,
+            topk=p.topk, expected_al=p.expected_al, draft_ms=p.draft.total * 1e3, verify_ms=p.verify.total * 1e3,
+            step_ms=p.step * 1e3, tokens_per_s=p.tokens_per_s, baseline_tokens_per_s=base.tokens_per_s,
+            speedup=p.tokens_per_s / base.tokens_per_s, binding_rule=_binding(req, ev, spec, profile, p),
+            fits_memory=bool(fits), breakdown_ms=breakdown,
+        ))
+    return Plan(req, rows, curves)
