@@ -85,7 +85,7 @@ def plot_al_per_category(profile: AcceptanceProfile, path: Path) -> Path:
     ax.bar(cats, means, yerr=err, capsize=3, color="#76b900")
     ax.axhline(profile.overall.mean_al, color="k", ls="--", lw=1, label=f"overall {profile.overall.mean_al:.2f}")
     ax.set_ylabel("mean AL (tokens / target step, incl. bonus)")
-    ax.set_ylim(1, profile.draft_len + 1)
+    ax.set_ylim(1, profile.draft_len + 1.15)
     ax.set_title(f"Acceptance length per category (D = {profile.draft_len}, 95 % CI)")
     ax.legend()
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")

@@ -125,13 +125,15 @@ class LocalRunner:
     """Runs prompts through a ``trtspec.runtime`` Pipeline in batches of ``cfg.concurrency``.
 
     ``chat``: an object with ``apply_chat_template`` (see ``datasets.load_chat_template``) or None.
-    A request's latency is the wall time of the ``generate`` call that served it.
+    A request's latency is the wall time of the ``generate_ids`` call that served it. Prompts longer
+    than the target's context minus ``max_new_tokens`` keep their last tokens (noted in the source).
     """
 
     def __init__(self, pipeline: Any, *, chat: Any = None, source: str = "trtspec.runtime"):
         self.pipeline = pipeline
         self.chat = chat
         self.source = source
+        self.truncated = 0
 
     @classmethod
     def load(cls, target: str | Path, draft: str | Path | None = None, *, drafter: str = "draft_model",
@@ -151,7 +153,20 @@ class LocalRunner:
                    source=f"trtspec.runtime: target={target_dir}, draft={draft}, drafter={drafter}, D={draft_len}, "
                           f"verify={verify}, device={device}")
 
+    def _fit(self, ids: list[int], max_new_tokens: int) -> list[int]:
+        """Keep the last ``context - max_new_tokens`` prompt tokens (counted in ``self.truncated``)."""
+        ctx = int(self.pipeline.target.config.max_position_embeddings)
+        room = ctx - max_new_tokens
+        if room < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens}: leaves no room for a prompt in the target's "
+                             f"context of {ctx} tokens")
+        if len(ids) > room:
+            self.truncated += 1
+            return list(ids[-room:])
+        return list(ids)
+
     def run(self, prompts: Sequence[Prompt], cfg: RunConfig, *, progress: Callable[[int], None] | None = None) -> RunOutput:
+        self.truncated = 0
         answers: dict[str, list[str]] = {p.question_id: [] for p in prompts}
         records: dict[str, M.RequestRecord | None] = {p.question_id: None for p in prompts}
         by_id = {p.question_id: p for p in prompts}
@@ -164,18 +179,21 @@ class LocalRunner:
             for i in range(0, len(todo), cfg.concurrency):
                 batch = todo[i:i + cfg.concurrency]
                 texts = [render_turn(p, turn, answers[p.question_id], self.chat) for p in batch]
+                ids = [self._fit(self.pipeline.tokenizer.encode(t), cfg.max_new_tokens) for t in texts]
                 start = time.perf_counter()
-                gens = self.pipeline.generate(texts, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                              top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed)
+                outs = self.pipeline.generate_ids(ids, max_new_tokens=cfg.max_new_tokens,
+                                                  temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                                                  seed=cfg.seed)
                 took = time.perf_counter() - start
-                for p, g in zip(batch, gens):
-                    answers[p.question_id].append(g.text)
-                    rec = record_from_stats(p.question_id, p.category, g.stats, len(g.token_ids), took)
+                for p, (tokens, stats) in zip(batch, outs):
+                    answers[p.question_id].append(self.pipeline.tokenizer.decode(tokens))
+                    rec = record_from_stats(p.question_id, p.category, stats, len(tokens), took)
                     records[p.question_id] = _merge(records[p.question_id], rec)
                 if progress is not None:
                     progress(len(batch))
         wall = time.perf_counter() - t0
-        return RunOutput([r for r in records.values() if r is not None], wall, answers, source=self.source)
+        note = f"; {self.truncated} prompts left-truncated to fit the context" if self.truncated else ""
+        return RunOutput([r for r in records.values() if r is not None], wall, answers, source=self.source + note)
 
 
 # ----------------------------------------------------------------------------------------------

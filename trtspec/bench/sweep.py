@@ -1,0 +1,228 @@
+"""Predicted versus swept draft length.
+
+For every batch size B and draft length D in the grid, the local runtime generates for B prompts
+at once (``rounds`` batches, after one untimed warm-up batch per pipeline) and the output
+throughput (tokens/s over the wall time) is measured. The acceptance measured at the largest D
+(greedy acceptance does not depend on B) and a cost table (``trtspec profile``) then give, per B:
+
+* ``planner_d``: the D of the recipe that ``trtspec.recipes.resolve_recipe`` chooses with that
+  acceptance and calibration (when the recipe layer is installed);
+* ``model_d``: the D maximising this module's closed-form estimate
+  ``B * E[AL](D) / (T_target(B, D+1) + D * T_draft(B, 1))`` on the same inputs (a cross-check);
+* ``best_d``: the measured best; ``fixed3``: D = 3; ``auto``: TensorRT-LLM's AUTO heuristic
+  (D = 5 for B <= 4, else 3; speculation off above 32);
+
+and the ratio of each choice's measured throughput to the best one's (goal: planner >= 0.95).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from trtspec.bench import metrics as M
+from trtspec.bench.datasets import Prompt
+from trtspec.bench.runners import LocalRunner, RunConfig
+
+TARGET_RATIO = 0.95
+
+
+def auto_heuristic(batch: int) -> int:
+    """TensorRT-LLM's AUTO draft length: 5 up to batch 4, 3 up to 32, 0 (off) above."""
+    return 5 if batch <= 4 else 3 if batch <= 32 else 0
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """``draft_lens`` D values (default 0..8; 0 = plain decoding); ``batch_sizes`` (default 1, 4, 16);
+    ``rounds`` timed batches per (B, D) (default 1); ``max_new_tokens`` per request (default 32)."""
+
+    draft_lens: tuple[int, ...] = tuple(range(0, 9))
+    batch_sizes: tuple[int, ...] = (1, 4, 16)
+    rounds: int = 1
+    max_new_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        if not self.draft_lens or any(d < 0 for d in self.draft_lens):
+            raise ValueError(f"draft_lens={self.draft_lens}: expected non-negative integers")
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch_sizes={self.batch_sizes}: expected positive integers")
+        if self.rounds < 1 or self.max_new_tokens < 1:
+            raise ValueError(f"rounds={self.rounds}, max_new_tokens={self.max_new_tokens}: expected >= 1")
+        object.__setattr__(self, "draft_lens", tuple(sorted(set(self.draft_lens))))
+        object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
+
+
+@dataclass
+class Point:
+    """One measured (B, D): output tokens, wall seconds, tokens/s and mean AL."""
+
+    batch: int
+    draft_len: int
+    output_tokens: int
+    wall_s: float
+    tokens_per_s: float
+    mean_al: float
+
+
+@dataclass
+class BatchVerdict:
+    batch: int
+    best_d: int
+    best_tokens_per_s: float
+    choices: dict[str, int | None]          # name -> D (planner, model, fixed3, auto)
+    ratios: dict[str, float | None]         # name -> measured tok/s of that D / best
+    predicted_tokens_per_s: dict[int, float] = field(default_factory=dict)  # model estimate per D
+
+
+def _prompts_for(prompts: Sequence[Prompt], n: int) -> list[Prompt]:
+    out = []
+    for i in range(n):
+        p = prompts[i % len(prompts)]
+        out.append(Prompt(f"{p.question_id}#{i}", p.category, p.sub_category, p.turns[:1], p.source, p.src_id,
+                          p.difficulty, False))
+    return out
+
+
+def measure_grid(load: Callable[[int], LocalRunner], prompts: Sequence[Prompt], cfg: SweepConfig, *,
+                 progress: Callable[[], None] | None = None) -> tuple[list[Point], dict[int, list[M.RequestRecord]]]:
+    """Measure every (B, D). ``load(D)`` returns a LocalRunner with draft length D. Returns the
+    points and, per D, the request records of its B = min(batch_sizes) run (for acceptance)."""
+    if not prompts:
+        raise ValueError("prompts: need at least one prompt")
+    points: list[Point] = []
+    records: dict[int, list[M.RequestRecord]] = {}
+    for d in cfg.draft_lens:
+        runner = load(d)
+        runner.run(_prompts_for(prompts, 1), RunConfig(max_new_tokens=4))  # warm-up, untimed
+        for b in cfg.batch_sizes:
+            batch = _prompts_for(prompts, b * cfg.rounds)
+            out = runner.run(batch, RunConfig(max_new_tokens=cfg.max_new_tokens, concurrency=b, multiturn=False))
+            toks = sum(r.output_tokens for r in out.records)
+            steps = sum(r.num_drafts for r in out.records)
+            acc = sum(r.accepted_tokens for r in out.records)
+            points.append(Point(b, d, toks, out.wall_s, toks / out.wall_s, 1 + acc / steps if steps else 1.0))
+            if b == cfg.batch_sizes[0]:
+                records[d] = out.records
+            if progress is not None:
+                progress()
+    return points, records
+
+
+def model_throughput(rates: Sequence[float], cost: Any, batch: int, d: int) -> float:
+    """Closed-form estimate (tokens/s) from a_k and a cost table with ``target_time(B, T)`` and
+    ``draft_step_time(B, W)`` (``trtspec.recipes.calibration.CostTable``)."""
+    al = M.expected_al([rates[min(k, len(rates) - 1)] for k in range(d)]) if d else 1.0
+    step = cost.target_time(batch, d + 1) + (d * cost.draft_step_time(batch, 1) if d else 0.0)
+    return batch * al / step
+
+
+def planner_choices(target_dir: str | Path, acceptance_path: str | Path, calibration_path: str | Path,
+                    batch_sizes: Sequence[int], *, drafter: str = "draft_model", gpu: str = "h200",
+                    max_draft_len: int | None = None) -> dict[int, int] | None:
+    """D per batch size from ``trtspec.recipes.resolve_recipe('auto', ...)`` with the measured
+    acceptance and calibration; None when the recipe layer is not installed."""
+    try:
+        from trtspec.recipes.api import resolve_recipe
+    except ImportError:
+        return None
+    recipe = resolve_recipe("auto", model=str(target_dir), gpu=gpu, drafter=drafter, acceptance=str(acceptance_path),
+                            max_batch_size=max(batch_sizes), calibration=str(calibration_path))
+    rows = {int(_get(r, "batch")): int(_get(r, "draft_len")) for r in recipe.rows}
+    out = {}
+    for b in batch_sizes:
+        if b in rows:
+            out[b] = rows[b]
+        else:  # TensorRT-LLM schedule semantics: smallest key >= b, 0 above the last key
+            keys = sorted(k for k in recipe.draft_len_schedule if k >= b)
+            out[b] = recipe.draft_len_schedule[keys[0]] if keys else 0
+        if max_draft_len is not None:
+            out[b] = min(out[b], max_draft_len)
+    return out
+
+
+def _get(row: Any, key: str) -> Any:
+    return row[key] if isinstance(row, dict) else getattr(row, key)
+
+
+def compare(points: Sequence[Point], rates: Sequence[float], cost: Any, planner: dict[int, int] | None
+            ) -> list[BatchVerdict]:
+    """Per batch size: best measured D and each choice's throughput ratio to it."""
+    out = []
+    for b in sorted({p.batch for p in points}):
+        by_d = {p.draft_len: p.tokens_per_s for p in points if p.batch == b}
+        best_d = max(by_d, key=by_d.get)
+        est = {d: model_throughput(rates, cost, b, d) for d in by_d}
+        choices: dict[str, int | None] = {
+            "planner": None if planner is None else planner.get(b),
+            "model": max(est, key=est.get),
+            "fixed3": 3,
+            "auto": auto_heuristic(b),
+        }
+        ratios = {k: (by_d[d] / by_d[best_d] if d in by_d else None) if d is not None else None
+                  for k, d in choices.items()}
+        out.append(BatchVerdict(b, best_d, by_d[best_d], choices, ratios, est))
+    return out
+
+
+def format_table(verdicts: Sequence[BatchVerdict]) -> str:
+    """A plain-text table of the verdicts."""
+    head = f"{'B':>4} {'best D':>6} {'tok/s':>9} | " + " | ".join(f"{k:>7} D  ratio" for k in
+                                                                     ("planner", "model", "fixed3", "auto"))
+    lines = [head, "-" * len(head)]
+    for v in verdicts:
+        cells = []
+        for k in ("planner", "model", "fixed3", "auto"):
+            d, r = v.choices[k], v.ratios[k]
+            cells.append(f"{'-' if d is None else d:>9} {'  n/a' if r is None else f'{r:5.3f}'}")
+        lines.append(f"{v.batch:>4} {v.best_d:>6} {v.best_tokens_per_s:>9.1f} | " + " | ".join(cells))
+    return "\n".join(lines)
+
+
+def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Prompt], cfg: SweepConfig, *,
+              out_dir: str | Path, drafter: str = "draft_model", device: str = "cpu", dtype: str = "float32",
+              calibration: str | Path | None = None, gpu: str = "h200",
+              profile_cfg: Any = None, progress: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Measure the grid, write ``acceptance.json`` (measured at max D) and, unless ``calibration``
+    is given, ``cost_table.json`` (``trtspec profile`` on the same grid), then compare.
+    Returns (and writes to ``sweep.json``) points, verdicts and the table text."""
+    from trtspec.bench.profile import ProfileConfig, profile_pair
+    from trtspec.bench.runners import resolve_pair
+    from trtspec.recipes.calibration import load_cost_table
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target_dir, bundle_draft, _ = resolve_pair(target)
+    draft = draft if draft is not None else bundle_draft
+    t0 = time.perf_counter()
+    points, records = measure_grid(
+        lambda d: LocalRunner.load(target_dir, draft, drafter=drafter, draft_len=d, device=device, dtype=dtype),
+        prompts, cfg, progress=progress)
+    dmax = max(cfg.draft_lens)
+    if dmax < 1:
+        raise ValueError("draft_lens: the sweep needs some D >= 1 to measure acceptance")
+    prof = M.build_profile(records[dmax], drafter=drafter, draft_len=dmax,
+                           source=f"trtspec bench --sweep: target={target_dir}, draft={draft}, D={dmax}, "
+                                  f"B={cfg.batch_sizes[0]}, greedy, {device}")
+    acc_path = prof.save(out / "acceptance.json")
+    if calibration is None:
+        pc = profile_cfg or ProfileConfig(batch_sizes=cfg.batch_sizes, tokens=tuple(d + 1 for d in cfg.draft_lens),
+                                          draft_tokens=(1,), device=device, dtype=dtype)
+        calibration = profile_pair(target_dir, draft, pc).save(out / "cost_table.json")
+    cost = load_cost_table(calibration)
+    planner = planner_choices(target_dir, acc_path, calibration, cfg.batch_sizes, drafter=drafter, gpu=gpu,
+                              max_draft_len=dmax)
+    verdicts = compare(points, prof.overall.rates, cost, planner)
+    result = {
+        "config": asdict(cfg), "device": cost.device, "target": str(target_dir), "draft": str(draft),
+        "acceptance": str(acc_path), "calibration": str(calibration), "mean_al_at_max_d": prof.overall.mean_al,
+        "rates": list(prof.overall.rates), "planner_available": planner is not None,
+        "points": [asdict(p) for p in points], "verdicts": [asdict(v) for v in verdicts],
+        "table": format_table(verdicts), "wall_s": time.perf_counter() - t0, "goal_ratio": TARGET_RATIO,
+    }
+    tmp = out / "sweep.json.tmp"
+    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out / "sweep.json")
+    return result

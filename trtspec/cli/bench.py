@@ -1,0 +1,184 @@
+"""``trtspec bench``: acceptance (AL, a_k, per category) and throughput on SPEED-Bench-format prompts,
+against the local runtime, an OpenAI-compatible server or trtspec's Triton model; with
+``--sweep-draft-len``, the predicted-versus-measured draft-length comparison."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from trtspec.bench.config import DRAFTERS, ENGINES, BenchConfig, default_of, help_of
+from trtspec.bench.metrics import CI_METHODS
+from trtspec.bench.runners import RunConfig
+from trtspec.bench.sweep import SweepConfig
+
+_R = RunConfig()
+_S = SweepConfig()
+
+
+def _b(name):
+    return dict(default=default_of(BenchConfig, name), help=help_of(BenchConfig, name))
+
+
+def _csv(values) -> str:
+    return ",".join(str(v) for v in values)
+
+
+@click.command("bench")
+@click.option("--target", type=click.Path(path_type=Path), default=None,
+              help="Target model directory or trtspec bundle for the local runtime [default: the demo pair].")
+@click.option("--draft", type=click.Path(path_type=Path), default=None,
+              help="Draft model / EAGLE-3 head directory [default: the bundle's or the demo pair's draft].")
+@click.option("--drafter", type=click.Choice(DRAFTERS), **_b("drafter"))
+@click.option("--draft-len", type=int, **_b("draft_len"))
+@click.option("--verify", type=click.Choice(["greedy", "sample", "block"]), **_b("verify"))
+@click.option("--device", **_b("device"))
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), **_b("dtype"))
+@click.option("--server", default=None, help="Base URL of an OpenAI-compatible server (http://host:port) instead of "
+              "the local runtime; acceptance comes from its Prometheus /metrics.")
+@click.option("--model", "server_model", default=None, help="Model name sent to --server (or the Triton model name).")
+@click.option("--metrics-url", default=None, help="Prometheus endpoint [default: <server>/metrics].")
+@click.option("--engine", type=click.Choice(ENGINES), **_b("engine"))
+@click.option("--triton", default=None, help="host:port of Triton's gRPC endpoint serving trtspec's model "
+              "(--model names it, default 'trtspec').")
+@click.option("--dataset", **_b("dataset"))
+@click.option("--config", "dataset_config", **_b("config"))
+@click.option("--category", "categories", multiple=True, help="Keep only this category (repeatable).")
+@click.option("--limit-per-category", type=int, **_b("limit_per_category"))
+@click.option("--code-prompts", type=int, **_b("code_prompts"))
+@click.option("--max-new-tokens", type=int, default=_R.max_new_tokens, show_default=True, help="Tokens per turn.")
+@click.option("--temperature", type=float, default=_R.temperature, show_default=True, help="0 = greedy.")
+@click.option("--top-k", type=int, default=_R.top_k, show_default=True, help="0 = off.")
+@click.option("--top-p", type=float, default=_R.top_p, show_default=True, help="1 = off.")
+@click.option("--seed", type=int, default=_R.seed, show_default=True)
+@click.option("--concurrency", type=int, default=_R.concurrency, show_default=True,
+              help="Requests in flight (local runtime: batch size; servers: client threads).")
+@click.option("--single-turn", is_flag=True, help="Answer only the first turn of multi-turn questions.")
+@click.option("--ci", type=click.Choice(CI_METHODS), **_b("ci"))
+@click.option("--out", type=click.Path(path_type=Path), **_b("out"))
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--sweep-draft-len", default=None, help="Sweep mode: draft lengths to measure, e.g. '0..8'.")
+@click.option("--batch", "sweep_batch", default=_csv(_S.batch_sizes), show_default=True,
+              help="Sweep mode: batch sizes, e.g. '1,4,16'.")
+@click.option("--rounds", type=int, default=_S.rounds, show_default=True, help="Sweep mode: timed batches per (B, D).")
+@click.option("--calibration", type=click.Path(path_type=Path, exists=True), default=None,
+              help="Sweep mode: cost_table.json from `trtspec profile` [default: profile now on the sweep grid].")
+@click.option("--gpu", default="h200", show_default=True,
+              help="Sweep mode: GPU name passed to the planner (the calibration replaces its step times).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
+def bench(target, draft, drafter, draft_len, verify, device, dtype, server, server_model, metrics_url, engine, triton,
+          dataset, dataset_config, categories, limit_per_category, code_prompts, max_new_tokens, temperature, top_k,
+          top_p, seed, concurrency, single_turn, ci, out, no_plots, sweep_draft_len, sweep_batch, rounds, calibration,
+          gpu, as_json):
+    """Measure acceptance length (bonus included) per category with confidence intervals, per-position
+    acceptance a_k, joint acceptance, AL histogram and tokens/s; write acceptance.json (for
+    `trtspec plan --acceptance`), bench.json, report.md and PNG plots into --out."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from trtspec.bench import report
+    from trtspec.bench.config import parse_int_list
+    from trtspec.bench.datasets import DatasetError, load_prompts
+    from trtspec.bench.metrics import throughput
+
+    console = Console(stderr=True)
+    if server and triton:
+        raise click.UsageError("--server and --triton are exclusive: pick one runner")
+    try:
+        cfg = BenchConfig(dataset=dataset, config=dataset_config, limit_per_category=limit_per_category,
+                          code_prompts=code_prompts, drafter=drafter, draft_len=draft_len, verify=verify,
+                          device=device, dtype=dtype, engine=engine, ci=ci, out=str(out))
+        run_cfg = RunConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                            seed=seed, concurrency=concurrency, multiturn=not single_turn)
+        prompts = load_prompts(cfg.dataset, config=cfg.config, categories=list(categories) or None,
+                               limit_per_category=cfg.limit_per_category,
+                               code_prompts=cfg.code_prompts if cfg.dataset == "builtin" else 0)
+    except (ValueError, DatasetError) as e:
+        raise click.UsageError(str(e)) from None
+    if not prompts:
+        raise click.UsageError(f"--dataset {dataset}: no prompts left after filtering")
+
+    local = not server and not triton
+    if local and target is None:
+        from trtspec.zoo import demo_paths
+
+        try:
+            target, demo_draft = demo_paths()
+        except FileNotFoundError as e:
+            raise click.UsageError(f"--target not given and {e}") from None
+        draft = draft if draft is not None else demo_draft
+
+    if sweep_draft_len is not None:
+        if not local:
+            raise click.UsageError("--sweep-draft-len measures the local runtime; drop --server/--triton")
+        _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, rounds, max_new_tokens, calibration,
+               gpu, out, as_json, parse_int_list)
+        return
+
+    if cfg.draft_len < 1:
+        raise click.UsageError("--draft-len must be >= 1 to measure acceptance")
+    from trtspec.bench.runners import LocalRunner, OpenAIRunner, TritonRunner, build_run_profile
+
+    if server:
+        if not server_model:
+            raise click.UsageError("--server needs --model (the served model name)")
+        runner = OpenAIRunner(server, server_model, metrics_url=metrics_url, engine=cfg.engine,
+                              draft_len=cfg.draft_len)
+    elif triton:
+        runner = TritonRunner(triton, server_model or "trtspec", draft_len=cfg.draft_len)
+    else:
+        try:
+            runner = LocalRunner.load(target, draft, drafter=cfg.drafter, draft_len=cfg.draft_len, verify=cfg.verify,
+                                      device=cfg.device, dtype=cfg.dtype)
+        except (ValueError, FileNotFoundError) as e:
+            raise click.UsageError(str(e)) from None
+    turns = sum(len(p.turns) if run_cfg.multiturn else 1 for p in prompts)
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"bench ({len(prompts)} prompts)", total=len(prompts) if not local else turns)
+        run = runner.run(prompts, run_cfg, progress=lambda n: bar.advance(task, n))
+    profile = build_run_profile(run, drafter=cfg.drafter, draft_len=cfg.draft_len, ci_method=cfg.ci, seed=seed)
+    tput = throughput(run.records, run.wall_s) if run.wall_s > 0 else None
+    meta = {"runner": "server" if server else "triton" if triton else "local", "target": str(target or server or triton),
+            "draft": str(draft), "drafter": cfg.drafter, "draft_len": cfg.draft_len, "dataset": cfg.dataset,
+            "config": cfg.config, "prompts": len(prompts), "max_new_tokens": run_cfg.max_new_tokens,
+            "temperature": run_cfg.temperature, "concurrency": run_cfg.concurrency, "ci": cfg.ci}
+    paths = report.write_outputs(out, profile, tput, meta, plots=not no_plots)
+    if as_json:
+        click.echo(json.dumps({**report.result_dict(profile, tput, meta),
+                               "files": {k: str(v) for k, v in paths.items()}}, indent=2))
+        return
+    o = profile.overall
+    ci_txt = f" [{o.ci.low:.3f}, {o.ci.high:.3f}]" if o.ci else ""
+    console.print(f"mean AL {o.mean_al:.3f}{ci_txt} over {o.num_steps} steps, a_k = "
+                  + ", ".join(f"{a:.2f}" for a in o.rates))
+    for c, s in profile.per_category.items():
+        console.print(f"  {c:<14} AL {s.mean_al:.3f}  ({s.num_requests} requests)")
+    if tput:
+        console.print(f"{tput.tokens_per_s:.1f} tokens/s, {tput.per_user_tokens_per_s:.1f} per user")
+    console.print(f"[green]wrote[/] {paths['acceptance']}, {paths['report']}")
+
+
+def _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, rounds, max_new_tokens, calibration,
+           gpu, out, as_json, parse_int_list):
+    from rich.progress import Progress
+
+    from trtspec.bench.sweep import SweepConfig, run_sweep
+
+    try:
+        scfg = SweepConfig(draft_lens=parse_int_list(sweep_draft_len, "--sweep-draft-len"),
+                           batch_sizes=parse_int_list(sweep_batch, "--batch"), rounds=rounds,
+                           max_new_tokens=max_new_tokens)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("sweep", total=len(scfg.draft_lens) * len(scfg.batch_sizes))
+        result = run_sweep(target, draft, prompts, scfg, out_dir=out, drafter=cfg.drafter, device=cfg.device,
+                           dtype=cfg.dtype, calibration=calibration, gpu=gpu, progress=lambda: bar.advance(task))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    console.print(result["table"])
+    if not result["planner_available"]:
+        console.print("planner (trtspec.recipes.api) not installed: 'planner' column empty")
+    console.print(f"[green]wrote[/] {Path(out) / 'sweep.json'}")
