@@ -71,7 +71,7 @@ class ReferenceBackend:
         self.settings = settings
         self.pipeline = load_pipeline(str(bundle.target), str(bundle.draft) if bundle.draft else None, **kwargs)
         self.tokenizer = self.pipeline.tokenizer
-        self.engine = self.pipeline.engine()
+        self.engine = self._new_engine()
         self._ids = itertools.count()
         self._cond = threading.Condition()
         self._queue: deque[tuple[str, list[int], _Active]] = deque()
@@ -79,6 +79,11 @@ class ReferenceBackend:
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="trtspec-engine", daemon=True)
         self._thread.start()
+
+    def _new_engine(self):
+        context = self.pipeline.target.config.max_position_embeddings
+        return self.pipeline.engine(max_batch_size=self.settings.max_active,
+                                    max_seq_len=min(context, self.settings.max_prompt_tokens + self.settings.max_tokens_limit))
 
     # -- called from Triton's execute thread --------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -90,12 +95,17 @@ class ReferenceBackend:
 
     def submit(self, request: GenerationRequest, emit: Emit) -> None:
         """Queue a request; :class:`RequestError` (before queueing) for a prompt that is too long."""
+        if request.temperature > 0 and self.pipeline.spec.verify == "greedy":
+            raise RequestError(f"sampling_param_temperature: this model verifies greedily; expected 0, got "
+                               f"{request.temperature}")
         prompt_ids = self.encode(request.prompt)
         if not prompt_ids:
             raise RequestError("text_input: the prompt encodes to no tokens")
-        if len(prompt_ids) > self.settings.max_prompt_tokens:
+        if len(prompt_ids) > self.settings.max_prompt_tokens or \
+                len(prompt_ids) + request.max_tokens > self.engine.max_seq_len:
             raise RequestError(f"text_input: prompt of {len(prompt_ids)} tokens exceeds the limit of "
-                               f"{self.settings.max_prompt_tokens} tokens")
+                               f"{self.settings.max_prompt_tokens} tokens (or with {request.max_tokens} new tokens "
+                               f"the context of {self.engine.max_seq_len})")
         rid = f"r{next(self._ids)}"
         with self._cond:
             if self._stopping:
@@ -115,15 +125,10 @@ class ReferenceBackend:
 
     # -- the engine thread ----------------------------------------------------------------------
     def _params(self, r: GenerationRequest):
-        """The runtime's ``SamplingParams`` from the request (fields it does not have are left out)."""
-        import dataclasses
-
-        from trtspec.runtime.params import SamplingParams
-
-        wanted = dict(max_new_tokens=r.max_tokens, temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
-                      seed=r.seed)
-        names = {f.name for f in dataclasses.fields(SamplingParams)}
-        return SamplingParams(**{k: v for k, v in wanted.items() if k in names})
+        """The runtime's ``SamplingParams`` (with the pipeline's stop tokens). The engine has one random
+        stream (seeded at load), so a request's ``seed`` does not reseed it."""
+        return self.pipeline.params(max_new_tokens=r.max_tokens, temperature=r.temperature, top_k=r.top_k,
+                                    top_p=r.top_p)
 
     @staticmethod
     def _send(active: _Active, chunk: Chunk) -> None:
@@ -163,7 +168,7 @@ class ReferenceBackend:
                 failed, self._active = self._active, {}
                 for active in failed.values():
                     self._finish_error(active, f"generation failed: {type(e).__name__}: {e}")
-                self.engine = self.pipeline.engine()
+                self.engine = self._new_engine()
                 continue
             for out in outputs:
                 active = self._active.get(out.request_id)

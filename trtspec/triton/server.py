@@ -239,6 +239,36 @@ def find_server(cache_dir: Path | None = None) -> ServerInstall:
     raise ServerNotFoundError(HOW_TO_INSTALL % cached)
 
 
+@dataclass(frozen=True)
+class ServeConfig:
+    """Options of ``trtspec serve``.
+
+    Attributes:
+        host: address to bind; loopback by default (127.0.0.1).
+        http_port, grpc_port, metrics_port: Triton's usual 8000, 8001, 8002; 0 = choose a free port.
+        model_name: Triton model name. Default ``trtspec``.
+        ready_timeout_s: seconds to wait for the model to load. Default 600.
+    """
+
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    model_name: str = "trtspec"
+    ready_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name in ("http_port", "grpc_port", "metrics_port"):
+            port = getattr(self, name)
+            if not isinstance(port, int) or not 0 <= port < 65536:
+                raise ValueError(f"{name}: expected 0 (free) or a TCP port 1..65535, got {port!r}")
+        ports = [p for p in (self.http_port, self.grpc_port, self.metrics_port) if p]
+        if len(ports) != len(set(ports)):
+            raise ValueError(f"http_port, grpc_port and metrics_port must differ, got {ports}")
+        if self.ready_timeout_s <= 0:
+            raise ValueError(f"ready_timeout_s: expected > 0, got {self.ready_timeout_s}")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago on ``host``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -307,13 +337,16 @@ class TritonServer:
                 *self.extra_args]
 
     def start(self, timeout: float = 300.0) -> "TritonServer":
-        """Start the server and wait until it and every model in the repository are ready."""
+        """Start the server and wait until it and every model in the repository are ready.
+
+        Ports given as 0 are chosen free now (and again on a later restart)."""
         if self.process is not None:
             raise RuntimeError("server already started")
         self.install = self.install or find_server()
-        for port in ("http_port", "grpc_port", "metrics_port"):
-            if not getattr(self, port):
-                setattr(self, port, free_port(self.host))
+        if not hasattr(self, "_requested_ports"):
+            self._requested_ports = (self.http_port, self.grpc_port, self.metrics_port)
+        for port, requested in zip(("http_port", "grpc_port", "metrics_port"), self._requested_ports):
+            setattr(self, port, requested or free_port(self.host))
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="tritonserver.", suffix=".log")
             os.close(fd)

@@ -1,0 +1,337 @@
+"""A real tritonserver serving a trtspec bundle on loopback (marker ``tritonserver``).
+
+One server is shared by the module. The bundle is a tiny random Llama target with a perturbed
+copy as draft (partial acceptance) and a byte-level tokenizer, so generations are cheap on CPU;
+every text is compared with the trtspec runtime's own greedy output for the same prompt.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trtspec.triton.server import ServerNotFoundError, TritonServer, find_server
+
+pytestmark = pytest.mark.tritonserver
+
+MODEL = "trtspec"
+NEW_TOKENS = 24
+PROMPTS = [f"{word} {i}: " for i, word in enumerate(
+    ["def", "class", "import", "return", "while", "print", "lambda", "yield"] * 16)]  # 128 different prompts
+
+
+def _server_install():
+    try:
+        return find_server()
+    except ServerNotFoundError as e:
+        pytest.skip(f"no tritonserver: {str(e).splitlines()[0]} (install: bash .ci/install_tritonserver)")
+
+
+def _make_bundle(root: Path) -> Path:
+    """target: random Llama (2 layers, hidden 64, byte vocab 258, context 512); draft: target + 3% noise."""
+    import torch
+    import yaml
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)} | {"<s>": 256, "</s>": 257}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<s>", "</s>"])
+    cfg = LlamaConfig(vocab_size=258, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      initializer_range=0.3, bos_token_id=256, eos_token_id=257)
+    cfg.architectures = ["LlamaForCausalLM"]
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    target = LlamaForCausalLM(cfg).eval()
+    draft = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p, q in zip(draft.parameters(), target.parameters()):
+            p.copy_(q + 0.03 * q.std() * torch.randn(q.shape, generator=gen))
+    for name, model in (("target", target), ("draft", draft)):
+        d = root / name
+        model.save_pretrained(d, safe_serialization=True)
+        tok.save(str(d / "tokenizer.json"))
+        (d / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}))
+    (root / "llm_api.yaml").write_text(yaml.safe_dump({"speculative_config": {
+        "decoding_type": "Draft_Target", "max_draft_len": 3, "speculative_model": "draft"}}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    _server_install()
+    return _make_bundle(tmp_path_factory.mktemp("bundle"))
+
+
+@pytest.fixture(scope="module")
+def pipeline(bundle):
+    from trtspec.runtime import load_pipeline
+    from trtspec.triton.bundle import read_bundle
+
+    b = read_bundle(bundle)
+    return load_pipeline(str(b.target), str(b.draft), drafter=b.drafter, draft_len=b.draft_len)
+
+
+@pytest.fixture(scope="module")
+def greedy(pipeline):
+    """prompt -> the runtime's greedy text for NEW_TOKENS new tokens (all prompts in one batch)."""
+    return {p: g.text for p, g in zip(PROMPTS, pipeline.generate(PROMPTS, max_new_tokens=NEW_TOKENS))}
+
+
+@pytest.fixture(scope="module")
+def server(bundle, tmp_path_factory):
+    from trtspec.triton.repository import write_repository
+
+    repo = tmp_path_factory.mktemp("repo")
+    write_repository(bundle, repo, MODEL)
+    srv = TritonServer(repo, install=_server_install(), log_path=repo.parent / "tritonserver.log")
+    srv.start(timeout=180)
+    yield srv
+    srv.stop()
+
+
+def _generate(server, payload: dict, stream: bool = False, timeout: float = 120):
+    """POST to /generate (-> dict) or /generate_stream (-> list of event dicts); HTTPError on failure."""
+    url = f"http://{server.http_url}/v2/models/{MODEL}/{'generate_stream' if stream else 'generate'}"
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        body = r.read().decode()
+    if not stream:
+        return json.loads(body)
+    return [json.loads(line[len("data: "):]) for line in body.splitlines() if line.startswith("data: ")]
+
+
+def _grpc_stream(server, prompt: bytes, *, max_tokens=NEW_TOKENS, stream=True, perf=False, extra=()):
+    """Send one request over the gRPC stream; return the list of (text, outputs dict) responses, or raise."""
+    import tritonclient.grpc as grpcclient
+
+    responses: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    inputs = []
+
+    def add(name, dtype, value):
+        t = grpcclient.InferInput(name, [1, 1], dtype)
+        t.set_data_from_numpy(np.array([[value]], dtype=object if dtype == "BYTES" else None).astype(
+            {"BYTES": object, "INT32": np.int32, "BOOL": bool, "FP32": np.float32}[dtype]))
+        inputs.append(t)
+
+    if prompt is not None:
+        add("text_input", "BYTES", prompt)
+    add("sampling_param_max_tokens", "INT32", max_tokens)
+    add("stream", "BOOL", stream)
+    add("sampling_param_return_perf_metrics", "BOOL", perf)
+    for name, dtype, value in extra:
+        add(name, dtype, value)
+    outputs = []
+    try:
+        client.start_stream(callback=lambda result, error: responses.put((result, error)))
+        client.async_stream_infer(MODEL, inputs, enable_empty_final_response=True)
+        while True:
+            result, error = responses.get(timeout=120)
+            if error is not None:
+                raise error
+            final = result.get_response().parameters["triton_final_response"].bool_param
+            if result.as_numpy("text_output") is not None:
+                out = {name: result.as_numpy(name) for name in (
+                    "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")}
+                outputs.append((result.as_numpy("text_output").reshape(-1)[0].decode(), out))
+            if final:
+                return outputs
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+# -- loading and matching the runtime ---------------------------------------------------------
+def test_repository_loads_and_logs_backend_choice(server):
+    assert {"name": MODEL, "version": "1", "state": "READY"} in server.models()
+    log = server.log_path.read_text(errors="replace")
+    assert "serving" in log and "with trtspec (" in log  # the choice and its reason, at load
+
+
+def test_http_generate_matches_runtime_greedy(server, greedy):
+    for prompt in PROMPTS[:3]:
+        out = _generate(server, {"text_input": prompt, "sampling_param_max_tokens": NEW_TOKENS})
+        assert out["text_output"] == greedy[prompt]
+        assert out["model_name"] == MODEL and "acceptance_rate" not in out  # perf only on request
+
+
+def test_grpc_matches_runtime_greedy(server, greedy):
+    prompt = PROMPTS[3]
+    responses = _grpc_stream(server, prompt.encode(), stream=False)
+    assert [text for text, _ in responses] == [greedy[prompt]]
+
+
+def test_http_infer_names_the_decoupled_limit(server):
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    client = httpclient.InferenceServerClient(server.http_url)
+    t = httpclient.InferInput("text_input", [1, 1], "BYTES")
+    t.set_data_from_numpy(np.array([[b"x"]], dtype=object))
+    with pytest.raises(InferenceServerException, match="decoupled"):
+        client.infer(MODEL, [t])
+    client.close()
+
+
+def test_streaming_returns_tokens_incrementally(server, greedy, pipeline):
+    # the prompt whose greedy output has the most printable pieces, so streaming has something to show
+    prompt = max(PROMPTS[:8], key=lambda p: len(greedy[p].replace("\ufffd", "")))
+    pieces = [text for text, _ in _grpc_stream(server, prompt.encode(), stream=True)]
+    assert len(pieces) >= 3, pieces
+    assert "".join(pieces) == greedy[prompt]
+    events = _generate(server, {"text_input": prompt, "sampling_param_max_tokens": NEW_TOKENS, "stream": True},
+                       stream=True)
+    assert len(events) >= 3 and "".join(e["text_output"] for e in events) == greedy[prompt]
+    # each piece is the decode of a growing token prefix
+    ids = pipeline.generate([prompt], max_new_tokens=NEW_TOKENS)[0].token_ids
+    prefixes = {pipeline.tokenizer.decode(ids[:k]) for k in range(len(ids) + 1)}
+    joined = ""
+    for piece in pieces[:-1]:
+        joined += piece
+        assert joined in prefixes
+
+
+def test_perf_metrics_present_and_consistent(server, pipeline):
+    prompt = PROMPTS[5]
+    out = _generate(server, {"text_input": prompt, "sampling_param_max_tokens": NEW_TOKENS,
+                             "sampling_param_return_perf_metrics": True})
+    stats = pipeline.generate([prompt], max_new_tokens=NEW_TOKENS)[0].stats
+    assert out["total_draft_tokens"] == stats.draft_tokens > 0
+    assert out["total_accepted_draft_tokens"] == stats.accepted_tokens
+    assert 0 <= out["total_accepted_draft_tokens"] <= out["total_draft_tokens"]
+    assert out["acceptance_rate"] == pytest.approx(stats.accepted_tokens / stats.draft_tokens, rel=1e-6)
+    final = _grpc_stream(server, prompt.encode(), stream=True, perf=True)[-1][1]
+    assert int(final["total_draft_tokens"].item()) == stats.draft_tokens
+    assert int(final["total_accepted_draft_tokens"].item()) == stats.accepted_tokens
+
+
+# -- bad requests fail alone -----------------------------------------------------------------------
+@pytest.mark.parametrize("payload, message", [
+    ({"sampling_param_max_tokens": 4}, "text_input"),
+    ({"text_input": "x", "sampling_param_max_tokens": 0}, "sampling_param_max_tokens: expected 1..256, got 0"),
+    ({"text_input": "x", "sampling_param_max_tokens": -5}, "sampling_param_max_tokens: expected 1..256, got -5"),
+    ({"text_input": "x", "sampling_param_max_tokens": 257}, "sampling_param_max_tokens: expected 1..256, got 257"),
+    ({"text_input": ""}, "text_input: the prompt is empty"),
+    ({"text_input": "y" * 300}, "text_input: prompt of 300 tokens exceeds the limit of 256 tokens"),
+    ({"text_input": "z" * 70000}, "text_input: prompt of 70000 bytes exceeds the limit"),
+    ({"text_input": "x", "sampling_param_temperature": 0.7}, "sampling_param_temperature"),
+])
+def test_bad_request_fails_alone(server, greedy, payload, message):
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _generate(server, payload)
+    assert message in e.value.read().decode()
+    out = _generate(server, {"text_input": PROMPTS[0], "sampling_param_max_tokens": NEW_TOKENS})
+    assert out["text_output"] == greedy[PROMPTS[0]]
+
+
+def test_non_utf8_prompt_fails_alone(server, greedy):
+    with pytest.raises(Exception, match="text_input: not valid UTF-8"):
+        _grpc_stream(server, b"\xff\xfeabc")
+    with pytest.raises(Exception, match="text_input"):
+        _grpc_stream(server, None)
+    assert [t for t, _ in _grpc_stream(server, PROMPTS[1].encode(), stream=False)] == [greedy[PROMPTS[1]]]
+
+
+# -- load ------------------------------------------------------------------------------------------
+def test_load_32_clients_no_cross_talk(server, greedy):
+    """32 concurrent clients x 4 requests, each its own prompt; every reply equals its prompt's greedy text."""
+    def client(c: int):
+        results = []
+        for k in range(4):
+            prompt = PROMPTS[c * 4 + k]
+            t0 = time.perf_counter()
+            try:
+                text = _generate(server, {"text_input": prompt, "sampling_param_max_tokens": NEW_TOKENS})["text_output"]
+                error = None
+            except Exception as e:  # counted, and the test fails below
+                text, error = None, repr(e)
+            results.append((prompt, text, error, time.perf_counter() - t0))
+        return results
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(32) as pool:
+        results = [r for rs in pool.map(client, range(32)) for r in rs]
+    wall = time.perf_counter() - t0
+    errors = [r for r in results if r[2] is not None]
+    wrong = [r[0] for r in results if r[2] is None and r[1] != greedy[r[0]]]
+    lat = sorted(r[3] for r in results)
+    q = statistics.quantiles(lat, n=100)
+    report = {"requests": len(results), "errors": len(errors), "mismatches": len(wrong),
+              "p50_s": round(q[49], 3), "p90_s": round(q[89], 3), "p99_s": round(q[98], 3),
+              "requests_per_s": round(len(results) / wall, 2),
+              "new_tokens_per_s": round(len(results) * NEW_TOKENS / wall, 1), "wall_s": round(wall, 2)}
+    print("load test:", json.dumps(report))
+    (server.log_path.parent / "load_test.json").write_text(json.dumps(report))
+    assert len(results) == 128 and not errors, errors[:3]
+    assert not wrong, wrong[:5]
+
+
+# -- restart and `trtspec serve` --------------------------------------------------------------------
+def test_restart_reloads_model(server, greedy):
+    server.stop()
+    assert server.process is None
+    server.start(timeout=180)
+    assert {"name": MODEL, "version": "1", "state": "READY"} in server.models()
+    out = _generate(server, {"text_input": PROMPTS[2], "sampling_param_max_tokens": NEW_TOKENS})
+    assert out["text_output"] == greedy[PROMPTS[2]]
+
+
+def _pids_mentioning(text: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if text.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_serve_exits_cleanly_on_sigint(bundle, tmp_path, greedy):
+    repo = tmp_path / "served-repo"
+    cmd = [sys.executable, "-c", "from trtspec.cli import main; main()", "serve", "--bundle", str(bundle),
+           "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--repo", str(repo), "--json"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])] +
+                                                        ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        info = json.loads(line)
+        url = f"{info['generate']}"
+        req = urllib.request.Request(url, data=json.dumps({"text_input": PROMPTS[4], "sampling_param_max_tokens": NEW_TOKENS}).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert json.loads(r.read())["text_output"] == greedy[PROMPTS[4]]
+        assert _pids_mentioning(str(repo)), "the server should be running"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while _pids_mentioning(str(repo)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _pids_mentioning(str(repo)) == [], "tritonserver or a stub process survived"
+    with pytest.raises(OSError):
+        urllib.request.urlopen(info["http"] + "/v2/health/live", timeout=2)
