@@ -1,0 +1,126 @@
+"""``trtspec plan``: predict the best draft length (and tree) per batch size before running anything."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from trtspec.recipes.optimizer import OBJECTIVES, PlanRequest
+
+_DEF = {f: PlanRequest.__dataclass_fields__[f].default for f in ("tp", "quant", "context", "max_draft_len", "objective")}
+
+
+def _batches(text):
+    if not text:
+        return None
+    try:
+        out = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from exc
+    if not out or min(out) < 1:
+        raise click.BadParameter("batch sizes must be >= 1")
+    return out
+
+
+def render_table(recipe, console=None, title=None):
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=None if sys.stdout.isatty() else 220)
+    t = Table(title=title or f"{recipe.model} on {recipe.gpu} (tp={recipe.tp}, quant={recipe.quant}, "
+                             f"drafter={recipe.drafter}, context={recipe.context})")
+    for col in ("batch", "drafter", "D", "nodes", "E[AL]", "draft ms", "verify ms", "step ms", "tok/s", "speedup",
+                "binding rule"):
+        t.add_column(col, justify="right" if col not in ("drafter", "binding rule") else "left")
+    for r in recipe.rows:
+        d = str(r["draft_len"]) + (f" (sched {r['schedule_draft_len']})" if "schedule_draft_len" in r else "")
+        t.add_row(str(r["batch"]), r["drafter"], d, str(r["num_nodes"]), f"{r['expected_al']:.2f}",
+                  f"{r['draft_ms']:.3f}", f"{r['verify_ms']:.3f}", f"{r['step_ms']:.3f}", f"{r['tokens_per_s']:.0f}",
+                  f"{r['speedup']:.2f}x" + ("" if r.get("fits_memory", True) else " (OOM)"), r["binding_rule"])
+    console.print(t)
+    console.print(f"TensorRT-LLM speculative_config: {recipe.trtllm_speculative_config()}")
+    console.print(f"vLLM num_speculative_tokens_per_batch_size: {recipe.vllm_schedule}")
+    console.print(f"SGLang: {recipe.sglang}")
+    if any(not r.get("fits_memory", True) for r in recipe.rows):
+        console.print("[yellow]rows marked (OOM) do not fit in 90% of GPU memory at this tp/quant/context[/yellow]")
+
+
+def save_plot(plan_obj, recipe, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for row in recipe.rows:
+        for drafter, curve in plan_obj.curves[row["batch"]].items():
+            line, = ax.plot(range(len(curve)), curve, marker=".", label=f"B={row['batch']} {drafter}")
+            if row["drafter"] in (drafter, "none") and row["num_nodes"] == row["draft_len"] + 1 \
+                    and row["draft_len"] < len(curve):
+                ax.plot([row["draft_len"]], [curve[row["draft_len"]]], marker="o", markersize=10,
+                        markerfacecolor="none", color=line.get_color())
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("draft length D")
+    ax.set_ylabel("predicted speedup over D=0")
+    ax.set_title(f"{recipe.model} on {recipe.gpu} (tp={recipe.tp}, {recipe.quant}); circles: chosen D")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+@click.command("plan")
+@click.option("--model", required=True, help="Built-in model name (e.g. llama-3.1-70b), HF model dir or config file.")
+@click.option("--gpu", required=True, help="GPU from recipes/gpus (h200, b200, h100, ...).")
+@click.option("--tp", type=int, default=_DEF["tp"], show_default=True, help="Tensor-parallel GPUs.")
+@click.option("--quant", default=_DEF["quant"], show_default=True,
+              help="Weight quantization: none|fp8|fp4|int4_awq|w4a8_awq (optionally ':attn=bf16').")
+@click.option("--drafter", required=True, help="draft_model|eagle3|mtp|dflash|dspark|ngram|sa; a comma list "
+                                               "lets the planner choose per batch (guideline 5).")
+@click.option("--draft-model", default=None, help="Draft model (name|dir) for --drafter draft_model.")
+@click.option("--draft-quant", default=None, help="Quantization of the drafter's weights (default: --quant).")
+@click.option("--acceptance", default=None, help="FILE | prior:NAME | rates=0.8,0.7,... | al=A@D (default: the "
+                                                 "prior that lists this model and drafter; none -> error).")
+@click.option("--batch", "batch", default=None, help="Comma-separated batch sizes (default 1,2,4,... up to "
+                                                     "--max-batch-size).")
+@click.option("--max-batch-size", type=int, default=256, show_default=True)
+@click.option("--context", type=int, default=_DEF["context"], show_default=True, help="KV-cache length in tokens.")
+@click.option("--max-draft-len", type=int, default=_DEF["max_draft_len"], show_default=True, help="Largest D searched.")
+@click.option("--draft-len", type=int, default=None, help="Evaluate this fixed D instead of optimizing (what-if).")
+@click.option("--objective", type=click.Choice(OBJECTIVES), default=_DEF["objective"], show_default=True)
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="cost_table.json from `trtspec profile` (replaces analytic step times).")
+@click.option("--json", "as_json", is_flag=True, help="Print the recipe as JSON.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG: speedup vs D per batch.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the recipe YAML here.")
+def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, batch, max_batch_size, context,
+         max_draft_len, draft_len, objective, calibration, as_json, plot, out):
+    """Predict, per batch size, the draft length D (and tree) that maximizes throughput, and why."""
+    from pathlib import Path
+
+    from trtspec.recipes.api import build_request, recipe_from_plan
+    from trtspec.recipes.errors import RecipeError
+    from trtspec.recipes.optimizer import plan as run_plan
+
+    try:
+        req = build_request(model=model, gpu=gpu, drafters=drafter, acceptance=acceptance, tp=tp, quant=quant,
+                            batches=_batches(batch), context=context, max_draft_len=max_draft_len,
+                            objective=objective, draft_len=draft_len, calibration=calibration,
+                            draft_model=draft_model, max_batch_size=max_batch_size, draft_quant=draft_quant)
+        result = run_plan(req)
+    except RecipeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    label = Path(model).name if Path(model).exists() else req.model.name
+    recipe = recipe_from_plan(result, model_label=label, max_batch_size=max(max_batch_size, max(req.batches)))
+    if as_json:
+        json.dump(recipe.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_table(recipe)
+    if plot:
+        save_plot(result, recipe, plot)
+    if out:
+        recipe.save(out)
+    if not as_json and (plot or out):
+        click.echo(" ".join(x for x in (f"plot: {plot}" if plot else "", f"recipe: {out}" if out else "") if x))
