@@ -1,0 +1,28 @@
+// TrtSpecVerifyBlock (version 1, namespace trtspec): block verification of a chain of drafts.
+// Interface: trtSpecVerifyBlock.yaml (README.md); kernel: trtspec::cuda::verifyBlockSeedOnDevice.
+#pragma once
+#include "common/trtspecPluginBase.h"
+#include "trtSpecVerifyBlock/trtSpecVerifyBlockFields.h"
+
+namespace trtspec {
+namespace plugin {
+
+class TrtSpecVerifyBlockPlugin final : public PluginBase<TrtSpecVerifyBlockPlugin, TrtSpecVerifyBlockFields> {
+public:
+    using PluginBase::PluginBase;
+
+    bool checkDims(nvinfer1::Dims const* in, int32_t nbInputs, std::string& why) const;
+    int32_t getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs, nvinfer1::DimsExprs const* shapeInputs,
+                            int32_t nbShapeInputs, nvinfer1::DimsExprs* outputs, int32_t nbOutputs,
+                            nvinfer1::IExprBuilder& exprBuilder) noexcept override;
+    size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
+                            nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
+    int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
+                    void const* const* inputs, void* const* outputs, void* workspace,
+                    cudaStream_t stream) noexcept override;
+};
+
+class TrtSpecVerifyBlockCreator final : public CreatorBase<TrtSpecVerifyBlockPlugin, TrtSpecVerifyBlockFields> {};
+
+}  // namespace plugin
+}  // namespace trtspec

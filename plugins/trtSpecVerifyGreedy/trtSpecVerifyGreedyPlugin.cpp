@@ -1,0 +1,79 @@
+#include "trtSpecVerifyGreedy/trtSpecVerifyGreedyPlugin.h"
+
+#include "common/trtspecShapeCheck.h"
+
+namespace trtspec {
+namespace plugin {
+
+using F = TrtSpecVerifyGreedyFields;
+
+bool TrtSpecVerifyGreedyPlugin::checkDims(nvinfer1::Dims const* in, int32_t nbInputs, std::string& why) const {
+    nvinfer1::Dims const& tokens = in[F::kInTokens];
+    nvinfer1::Dims const& parents = in[F::kInParents];
+    nvinfer1::Dims const& logits = in[F::kInTargetLogits];
+    char const* const tokensName = F::kInputs[F::kInTokens].name;
+    char const* const parentsName = F::kInputs[F::kInParents].name;
+    char const* const logitsName = F::kInputs[F::kInTargetLogits].name;
+    if (!checkRank(tokens, 2, tokensName, why) || !checkRank(parents, 2, parentsName, why) ||
+        !checkRank(logits, 3, logitsName, why))
+        return false;
+    int64_t const B = tokens.d[0], N = tokens.d[1];
+    if (!checkDim(parents.d[0], B, parentsName, 0, why) || !checkDim(parents.d[1], N, parentsName, 1, why) ||
+        !checkDim(logits.d[0], B, logitsName, 0, why) || !checkDim(logits.d[1], N, logitsName, 1, why))
+        return false;
+    if (!checkRange(B, 0, kMaxBatch, "batch", why) || !checkRange(N, 1, kMaxNodes, "nodes per tree", why) ||
+        !checkRange(logits.d[2], 1, INT32_MAX, "vocabulary size", why))
+        return false;
+    if (nbInputs > F::kInNumNodes) {
+        char const* const name = F::kInputs[F::kInNumNodes].name;
+        if (!checkRank(in[F::kInNumNodes], 1, name, why) || !checkDim(in[F::kInNumNodes].d[0], B, name, 0, why))
+            return false;
+    }
+    return true;
+}
+
+int32_t TrtSpecVerifyGreedyPlugin::getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
+                                                   nvinfer1::DimsExprs const*, int32_t, nvinfer1::DimsExprs* outputs,
+                                                   int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept {
+    if (!ioCountOk(nbInputs, nbOutputs) || inputs[F::kInTokens].nbDims != 2) return -1;
+    nvinfer1::IDimensionExpr const* B = inputs[F::kInTokens].d[0];
+    nvinfer1::IDimensionExpr const* N = inputs[F::kInTokens].d[1];
+    int32_t const maxDepth = mAttributes[F::kAttrMaxDepth];
+    outputs[F::kOutAcceptedLen].nbDims = 1;
+    outputs[F::kOutAcceptedLen].d[0] = B;
+    outputs[F::kOutAcceptedNodes].nbDims = 2;  // [B, L], L = max_depth + 1 (N when max_depth = -1)
+    outputs[F::kOutAcceptedNodes].d[0] = B;
+    outputs[F::kOutAcceptedNodes].d[1] = maxDepth >= 0 ? exprBuilder.constant(maxDepth + 1) : N;
+    outputs[F::kOutBonusToken].nbDims = 1;
+    outputs[F::kOutBonusToken].d[0] = B;
+    return 0;
+}
+
+size_t TrtSpecVerifyGreedyPlugin::getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const*, int32_t,
+                                                   nvinfer1::DynamicPluginTensorDesc const*, int32_t) const noexcept {
+    return 0;
+}
+
+int32_t TrtSpecVerifyGreedyPlugin::enqueue(nvinfer1::PluginTensorDesc const* inputDesc,
+                                           nvinfer1::PluginTensorDesc const*, void const* const* inputs,
+                                           void* const* outputs, void*, cudaStream_t stream) noexcept {
+    nvinfer1::Dims const& logits = inputDesc[F::kInTargetLogits].dims;
+    int64_t const B = logits.d[0], N = logits.d[1], V = logits.d[2];
+    DType dtype;
+    if (!toKernelDType(inputDesc[F::kInTargetLogits].type, dtype) || B < 0 || B > kMaxBatch || N < 1 ||
+        N > kMaxNodes || V < 1 || V > INT32_MAX)
+        return reportStatus(F::kName, Status::kInvalidArgument);
+    int32_t const maxDepth = mAttributes[F::kAttrMaxDepth] >= 0 ? mAttributes[F::kAttrMaxDepth] : static_cast<int32_t>(N - 1);
+    return reportStatus(
+        F::kName,
+        cuda::verifyGreedy(static_cast<int64_t const*>(inputs[F::kInTokens]),
+                           static_cast<int32_t const*>(inputs[F::kInParents]), inputs[F::kInTargetLogits], dtype,
+                           hasInput(F::kInNumNodes) ? static_cast<int32_t const*>(inputs[F::kInNumNodes]) : nullptr,
+                           static_cast<int32_t>(B), static_cast<int32_t>(N), V, maxDepth,
+                           static_cast<int32_t*>(outputs[F::kOutAcceptedLen]),
+                           static_cast<int32_t*>(outputs[F::kOutAcceptedNodes]),
+                           static_cast<int64_t*>(outputs[F::kOutBonusToken]), stream));
+}
+
+}  // namespace plugin
+}  // namespace trtspec
