@@ -5,8 +5,9 @@ at once (``rounds`` batches, after one untimed warm-up batch per pipeline) and t
 throughput (tokens/s over the wall time) is measured. The acceptance measured at the largest D
 (greedy acceptance does not depend on B) and a cost table (``trtspec profile``) then give, per B:
 
-* ``planner_d``: the D of the recipe that ``trtspec.recipes.resolve_recipe`` chooses with that
-  acceptance and calibration (when the recipe layer is installed);
+* ``planner``: the D that the recipe planner (``trtspec.recipes``: ``build_request`` + ``plan``,
+  as ``resolve_recipe('auto')`` runs it) chooses with that acceptance and calibration for exactly
+  the swept batch sizes and D range (when the recipe layer is installed);
 * ``model_d``: the D maximising this module's closed-form estimate
   ``B * E[AL](D) / (T_target(B, D+1) + D * T_draft(B, 1))`` on the same inputs (a cross-check);
 * ``best_d``: the measured best; ``fixed3``: D = 3; ``auto``: TensorRT-LLM's AUTO heuristic
@@ -37,11 +38,13 @@ def auto_heuristic(batch: int) -> int:
 @dataclass(frozen=True)
 class SweepConfig:
     """``draft_lens`` D values (default 0..8; 0 = plain decoding); ``batch_sizes`` (default 1, 4, 16);
-    ``rounds`` timed batches per (B, D) (default 1); ``max_new_tokens`` per request (default 32)."""
+    ``rounds`` batches per (B, D) in one measurement (default 1); ``repeats`` interleaved passes over
+    the grid, median kept (default 3); ``max_new_tokens`` per request (default 32)."""
 
     draft_lens: tuple[int, ...] = tuple(range(0, 9))
     batch_sizes: tuple[int, ...] = (1, 4, 16)
     rounds: int = 1
+    repeats: int = 3
     max_new_tokens: int = 32
 
     def __post_init__(self) -> None:
@@ -49,15 +52,16 @@ class SweepConfig:
             raise ValueError(f"draft_lens={self.draft_lens}: expected non-negative integers")
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch_sizes={self.batch_sizes}: expected positive integers")
-        if self.rounds < 1 or self.max_new_tokens < 1:
-            raise ValueError(f"rounds={self.rounds}, max_new_tokens={self.max_new_tokens}: expected >= 1")
+        if self.rounds < 1 or self.repeats < 1 or self.max_new_tokens < 1:
+            raise ValueError(f"rounds={self.rounds}, repeats={self.repeats}, max_new_tokens={self.max_new_tokens}: "
+                             "expected >= 1")
         object.__setattr__(self, "draft_lens", tuple(sorted(set(self.draft_lens))))
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
 
 
 @dataclass
 class Point:
-    """One measured (B, D): output tokens, wall seconds, tokens/s and mean AL."""
+    """One measured (B, D): output tokens and wall seconds summed over repeats, median tokens/s, mean AL."""
 
     batch: int
     draft_len: int
@@ -88,26 +92,40 @@ def _prompts_for(prompts: Sequence[Prompt], n: int) -> list[Prompt]:
 
 def measure_grid(load: Callable[[int], LocalRunner], prompts: Sequence[Prompt], cfg: SweepConfig, *,
                  progress: Callable[[], None] | None = None) -> tuple[list[Point], dict[int, list[M.RequestRecord]]]:
-    """Measure every (B, D). ``load(D)`` returns a LocalRunner with draft length D. Returns the
-    points and, per D, the request records of its B = min(batch_sizes) run (for acceptance)."""
+    """Measure every (B, D). ``load(D)`` returns a LocalRunner with draft length D; all are loaded
+    and warmed up first, then the whole grid is measured ``cfg.repeats`` times, interleaved (so slow
+    drift of a shared machine hits every D alike), keeping each point's median tokens/s. Returns the
+    points and, per D, the request records of its first B = min(batch_sizes) run (for acceptance)."""
+    import statistics
+
     if not prompts:
         raise ValueError("prompts: need at least one prompt")
-    points: list[Point] = []
-    records: dict[int, list[M.RequestRecord]] = {}
+    runners = {}
     for d in cfg.draft_lens:
-        runner = load(d)
-        runner.run(_prompts_for(prompts, 1), RunConfig(max_new_tokens=4))  # warm-up, untimed
-        for b in cfg.batch_sizes:
-            batch = _prompts_for(prompts, b * cfg.rounds)
-            out = runner.run(batch, RunConfig(max_new_tokens=cfg.max_new_tokens, concurrency=b, multiturn=False))
-            toks = sum(r.output_tokens for r in out.records)
-            steps = sum(r.num_drafts for r in out.records)
-            acc = sum(r.accepted_tokens for r in out.records)
-            points.append(Point(b, d, toks, out.wall_s, toks / out.wall_s, 1 + acc / steps if steps else 1.0))
-            if b == cfg.batch_sizes[0]:
-                records[d] = out.records
-            if progress is not None:
-                progress()
+        runners[d] = load(d)
+        runners[d].run(_prompts_for(prompts, 1), RunConfig(max_new_tokens=4))  # warm-up, untimed
+    runs: dict[tuple[int, int], list[tuple[int, float, int, int]]] = {}
+    records: dict[int, list[M.RequestRecord]] = {}
+    for _ in range(cfg.repeats):
+        for d in cfg.draft_lens:
+            for b in cfg.batch_sizes:
+                batch = _prompts_for(prompts, b * cfg.rounds)
+                out = runners[d].run(batch, RunConfig(max_new_tokens=cfg.max_new_tokens, concurrency=b,
+                                                      multiturn=False))
+                toks = sum(r.output_tokens for r in out.records)
+                steps = sum(r.num_drafts for r in out.records)
+                acc = sum(r.accepted_tokens for r in out.records)
+                runs.setdefault((b, d), []).append((toks, out.wall_s, steps, acc))
+                if b == cfg.batch_sizes[0] and d not in records:
+                    records[d] = out.records
+                if progress is not None:
+                    progress()
+    points = []
+    for (b, d), rs in sorted(runs.items()):
+        tps = statistics.median(t / w for t, w, _, _ in rs)
+        toks, wall = sum(r[0] for r in rs), sum(r[1] for r in rs)
+        steps, acc = sum(r[2] for r in rs), sum(r[3] for r in rs)
+        points.append(Point(b, d, toks, wall, tps, 1 + acc / steps if steps else 1.0))
     return points, records
 
 
@@ -121,25 +139,23 @@ def model_throughput(rates: Sequence[float], cost: Any, batch: int, d: int) -> f
 
 def planner_choices(target_dir: str | Path, acceptance_path: str | Path, calibration_path: str | Path,
                     batch_sizes: Sequence[int], *, drafter: str = "draft_model", gpu: str = "h200",
-                    max_draft_len: int | None = None) -> dict[int, int] | None:
-    """D per batch size from ``trtspec.recipes.resolve_recipe('auto', ...)`` with the measured
-    acceptance and calibration; None when the recipe layer is not installed."""
+                    max_draft_len: int = 8, draft: str | Path | None = None) -> dict[int, dict[str, float]] | None:
+    """The planner's row per batch size (``draft_len``, predicted ``tokens_per_s``, ``speedup``):
+    ``trtspec.recipes`` planning for exactly these batch sizes and D <= ``max_draft_len`` (the swept
+    range) with the measured acceptance and calibration; None when the recipe layer is absent."""
     try:
-        from trtspec.recipes.api import resolve_recipe
+        from trtspec.recipes.api import build_request
+        from trtspec.recipes.optimizer import plan
     except ImportError:
         return None
-    recipe = resolve_recipe("auto", model=str(target_dir), gpu=gpu, drafter=drafter, acceptance=str(acceptance_path),
-                            max_batch_size=max(batch_sizes), calibration=str(calibration_path))
-    rows = {int(_get(r, "batch")): int(_get(r, "draft_len")) for r in recipe.rows}
+    req = build_request(model=str(target_dir), gpu=gpu, drafters=drafter, acceptance=str(acceptance_path),
+                        batches=tuple(batch_sizes), max_draft_len=max_draft_len, calibration=str(calibration_path),
+                        max_batch_size=max(batch_sizes), draft_model=None if draft is None else str(draft))
     out = {}
-    for b in batch_sizes:
-        if b in rows:
-            out[b] = rows[b]
-        else:  # TensorRT-LLM schedule semantics: smallest key >= b, 0 above the last key
-            keys = sorted(k for k in recipe.draft_len_schedule if k >= b)
-            out[b] = recipe.draft_len_schedule[keys[0]] if keys else 0
-        if max_draft_len is not None:
-            out[b] = min(out[b], max_draft_len)
+    for row in plan(req).rows:
+        r = row.to_dict() if hasattr(row, "to_dict") else dict(row)
+        out[int(r["batch"])] = {"draft_len": int(r["draft_len"]), "tokens_per_s": float(r["tokens_per_s"]),
+                                "speedup": float(r["speedup"])}
     return out
 
 
@@ -147,7 +163,7 @@ def _get(row: Any, key: str) -> Any:
     return row[key] if isinstance(row, dict) else getattr(row, key)
 
 
-def compare(points: Sequence[Point], rates: Sequence[float], cost: Any, planner: dict[int, int] | None
+def compare(points: Sequence[Point], rates: Sequence[float], cost: Any, planner: dict[int, dict] | None
             ) -> list[BatchVerdict]:
     """Per batch size: best measured D and each choice's throughput ratio to it."""
     out = []
@@ -156,7 +172,7 @@ def compare(points: Sequence[Point], rates: Sequence[float], cost: Any, planner:
         best_d = max(by_d, key=by_d.get)
         est = {d: model_throughput(rates, cost, b, d) for d in by_d}
         choices: dict[str, int | None] = {
-            "planner": None if planner is None else planner.get(b),
+            "planner": None if planner is None or b not in planner else int(planner[b]["draft_len"]),
             "model": max(est, key=est.get),
             "fixed3": 3,
             "auto": auto_heuristic(b),
@@ -213,12 +229,13 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
         calibration = profile_pair(target_dir, draft, pc).save(out / "cost_table.json")
     cost = load_cost_table(calibration)
     planner = planner_choices(target_dir, acc_path, calibration, cfg.batch_sizes, drafter=drafter, gpu=gpu,
-                              max_draft_len=dmax)
+                              max_draft_len=dmax, draft=draft)
     verdicts = compare(points, prof.overall.rates, cost, planner)
     result = {
         "config": asdict(cfg), "device": cost.device, "target": str(target_dir), "draft": str(draft),
         "acceptance": str(acc_path), "calibration": str(calibration), "mean_al_at_max_d": prof.overall.mean_al,
         "rates": list(prof.overall.rates), "planner_available": planner is not None,
+        "planner_rows": {str(k): v for k, v in (planner or {}).items()},
         "points": [asdict(p) for p in points], "verdicts": [asdict(v) for v in verdicts],
         "table": format_table(verdicts), "wall_s": time.perf_counter() - t0, "goal_ratio": TARGET_RATIO,
     }

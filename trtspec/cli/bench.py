@@ -61,7 +61,9 @@ def _csv(values) -> str:
 @click.option("--sweep-draft-len", default=None, help="Sweep mode: draft lengths to measure, e.g. '0..8'.")
 @click.option("--batch", "sweep_batch", default=_csv(_S.batch_sizes), show_default=True,
               help="Sweep mode: batch sizes, e.g. '1,4,16'.")
-@click.option("--rounds", type=int, default=_S.rounds, show_default=True, help="Sweep mode: timed batches per (B, D).")
+@click.option("--rounds", type=int, default=_S.rounds, show_default=True, help="Sweep mode: batches per (B, D) measurement.")
+@click.option("--repeats", type=int, default=_S.repeats, show_default=True,
+              help="Sweep mode: interleaved passes over the grid (median tokens/s kept).")
 @click.option("--calibration", type=click.Path(path_type=Path, exists=True), default=None,
               help="Sweep mode: cost_table.json from `trtspec profile` [default: profile now on the sweep grid].")
 @click.option("--gpu", default="h200", show_default=True,
@@ -69,8 +71,8 @@ def _csv(values) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 def bench(target, draft, drafter, draft_len, verify, device, dtype, server, server_model, metrics_url, engine, triton,
           dataset, dataset_config, categories, limit_per_category, code_prompts, max_new_tokens, temperature, top_k,
-          top_p, seed, concurrency, single_turn, ci, out, no_plots, sweep_draft_len, sweep_batch, rounds, calibration,
-          gpu, as_json):
+          top_p, seed, concurrency, single_turn, ci, out, no_plots, sweep_draft_len, sweep_batch, rounds, repeats,
+          calibration, gpu, as_json):
     """Measure acceptance length (bonus included) per category with confidence intervals, per-position
     acceptance a_k, joint acceptance, AL histogram and tokens/s; write acceptance.json (for
     `trtspec plan --acceptance`), bench.json, report.md and PNG plots into --out."""
@@ -112,8 +114,8 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
     if sweep_draft_len is not None:
         if not local:
             raise click.UsageError("--sweep-draft-len measures the local runtime; drop --server/--triton")
-        _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, rounds, max_new_tokens, calibration,
-               gpu, out, as_json, parse_int_list)
+        _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, rounds, repeats, max_new_tokens,
+               calibration, gpu, out, as_json, parse_int_list)
         return
 
     if cfg.draft_len < 1:
@@ -159,26 +161,26 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
     console.print(f"[green]wrote[/] {paths['acceptance']}, {paths['report']}")
 
 
-def _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, rounds, max_new_tokens, calibration,
-           gpu, out, as_json, parse_int_list):
+def _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, rounds, repeats, max_new_tokens,
+           calibration, gpu, out, as_json, parse_int_list):
     from rich.progress import Progress
 
     from trtspec.bench.sweep import SweepConfig, run_sweep
 
     try:
         scfg = SweepConfig(draft_lens=parse_int_list(sweep_draft_len, "--sweep-draft-len"),
-                           batch_sizes=parse_int_list(sweep_batch, "--batch"), rounds=rounds,
+                           batch_sizes=parse_int_list(sweep_batch, "--batch"), rounds=rounds, repeats=repeats,
                            max_new_tokens=max_new_tokens)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("sweep", total=len(scfg.draft_lens) * len(scfg.batch_sizes))
+        task = bar.add_task("sweep", total=len(scfg.draft_lens) * len(scfg.batch_sizes) * scfg.repeats)
         result = run_sweep(target, draft, prompts, scfg, out_dir=out, drafter=cfg.drafter, device=cfg.device,
                            dtype=cfg.dtype, calibration=calibration, gpu=gpu, progress=lambda: bar.advance(task))
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
-    console.print(result["table"])
+    click.echo(result["table"])
     if not result["planner_available"]:
         console.print("planner (trtspec.recipes.api) not installed: 'planner' column empty")
     console.print(f"[green]wrote[/] {Path(out) / 'sweep.json'}")
