@@ -114,6 +114,9 @@ def test_read_bundle_maps_llm_api_to_runtime(tmp_path):
     ngram = read_bundle(_fake_bundle(tmp_path / "d", llm_api={"speculative_config": {
         "decoding_type": "NGram", "max_draft_len": 3}}, draft=False))
     assert (ngram.drafter, ngram.draft) == ("ngram", None)
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps({"options": {"drafter": "eagle3"}}))
+    with pytest.raises(BundleError, match="manifest.json says drafter 'eagle3'"):
+        read_bundle(tmp_path / "b")
 
 
 def test_config_pbtxt_names_every_tensor_like_trtllm():

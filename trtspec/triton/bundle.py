@@ -1,7 +1,7 @@
 """What the Triton model needs from a trtspec bundle.
 
 A bundle (the output of ``trtspec build``) holds ``target/`` (a Hugging Face checkpoint),
-usually ``draft/``, and ``llm_api.yaml`` (TensorRT-LLM LLM-API options with a
+usually ``draft/``, ``manifest.json`` (its ``options.drafter``) and ``llm_api.yaml`` (TensorRT-LLM LLM-API options with a
 ``speculative_config:`` block whose ``speculative_model`` is relative to the bundle). The same
 fields choose the trtspec runtime's drafter, draft length and draft-length schedule.
 """
@@ -78,6 +78,18 @@ def read_bundle(root: str | Path) -> BundleLayout:
     elif (root / "draft" / "config.json").is_file():
         draft = root / "draft"
     drafter = DECODING_TO_DRAFTER[decoding]
+    manifest = root / "manifest.json"
+    if manifest.is_file():  # written by `trtspec build`: its drafter must agree with llm_api.yaml
+        import json
+
+        try:
+            built = ((json.loads(manifest.read_text()) or {}).get("options") or {}).get("drafter")
+        except json.JSONDecodeError as e:
+            raise BundleError(f"bundle: {manifest} is not valid JSON ({e})") from None
+        if built and spec and built != drafter:
+            raise BundleError(f"bundle: manifest.json says drafter {built!r} but llm_api.yaml's decoding_type "
+                              f"{decoding!r} means {drafter!r}")
+        drafter = built or drafter
     if drafter in ("draft_model", "eagle3") and (draft is None or not (draft / "config.json").is_file()):
         raise BundleError(f"bundle: drafter {drafter} needs a draft checkpoint; {draft or root / 'draft'} "
                           "has no config.json")
