@@ -39,9 +39,17 @@ def hash_files(root: Path, files: Optional[Iterable[Path]] = None) -> dict[str, 
     return {str(p.relative_to(root)): sha256_file(p) for p in files}
 
 
+def _canon(obj):
+    if isinstance(obj, dict):
+        return {repr(k) if not isinstance(k, str) else k: _canon(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_canon(v) for v in obj]
+    return obj
+
+
 def digest(obj) -> str:
-    """sha256 of the canonical JSON of ``obj``."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+    """sha256 of the canonical JSON of ``obj`` (non-string dict keys written with ``repr``)."""
+    return hashlib.sha256(json.dumps(_canon(obj), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def tool_versions() -> dict[str, str]:

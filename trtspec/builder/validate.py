@@ -157,7 +157,7 @@ def _layer_ids(ids: Any, target: Checkpoint, what: str) -> list[int]:
     n = target.num_layers
     if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
         raise BuildInputError(f"--draft: {what} must be a non-empty list of layer indices, got {ids!r}")
-    bad = [i for i in ids if not (-1 <= i < n)]
+    bad = [i for i in ids if not (0 <= i < n)]
     if bad:
         raise BuildInputError(f"--draft: {what} {ids} has indices outside the target's {n} layers: {bad}")
     return list(ids)
