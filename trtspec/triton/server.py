@@ -269,6 +269,16 @@ class ServeConfig:
             raise ValueError(f"ready_timeout_s: expected > 0, got {self.ready_timeout_s}")
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGTERM the server if the thread that started it dies (no orphaned servers)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago on ``host``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -282,7 +292,8 @@ class TritonServer:
 
     Ports of 0 are chosen free at start. Use as a context manager, or call :meth:`start` and
     :meth:`stop`. The server runs in its own process group; :meth:`stop` sends SIGINT, waits, and
-    kills the group if it lingers, so no stub process survives.
+    kills the group if it lingers, so no stub process survives. On Linux the server also gets
+    SIGTERM if the thread that started it dies (call :meth:`start` from a long-lived thread).
 
     Attributes:
         repository: the Triton model repository folder.
@@ -355,7 +366,8 @@ class TritonServer:
         env.update(self.env)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         try:
             self.wait_ready(timeout)
         except BaseException:

@@ -1,0 +1,91 @@
+"""The trtspec backend of the Triton model, in-process (no server): continuous batching, streaming
+pieces, and failure isolation."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from test_triton_server import NEW_TOKENS, PROMPTS, _make_bundle
+from trtspec.triton.backends import ReferenceBackend, choose_backend
+from trtspec.triton.bundle import read_bundle
+from trtspec.triton.protocol import GenerationRequest, RequestError
+from trtspec.triton.repository import default_settings
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory):
+    root = _make_bundle(tmp_path_factory.mktemp("bundle"))
+    b = ReferenceBackend(read_bundle(root), default_settings(root))
+    yield b
+    b.shutdown()
+
+
+def _run(backend, requests: list[GenerationRequest], timeout: float = 60.0) -> list[list]:
+    """Submit all requests at once; return each one's chunks."""
+    chunks: list[list] = [[] for _ in requests]
+    done = [threading.Event() for _ in requests]
+
+    def emit(i, chunk):
+        chunks[i].append(chunk)
+        if chunk.final:
+            done[i].set()
+
+    for i, r in enumerate(requests):
+        backend.submit(r, lambda c, i=i: emit(i, c))
+    for d in done:
+        assert d.wait(timeout)
+    return chunks
+
+
+def test_choose_backend_without_tensorrt_llm():
+    import importlib.util
+
+    if importlib.util.find_spec("tensorrt_llm") is not None:
+        pytest.skip("tensorrt_llm is installed here")
+    from pathlib import Path
+
+    from trtspec.triton.protocol import ModelSettings
+
+    assert choose_backend(ModelSettings(bundle=Path("."))) == ("trtspec", "tensorrt_llm is not installed")
+    assert choose_backend(ModelSettings(bundle=Path("."), backend="trtspec"))[0] == "trtspec"
+
+
+def test_batched_streams_match_greedy_each(backend):
+    prompts = PROMPTS[:12]
+    want = backend.pipeline.generate(prompts, max_new_tokens=NEW_TOKENS)
+    chunks = _run(backend, [GenerationRequest(p, NEW_TOKENS, stream=i % 2 == 0) for i, p in enumerate(prompts)])
+    for i, (g, cs) in enumerate(zip(want, chunks)):
+        assert all(c.error is None for c in cs)
+        assert [c.final for c in cs] == [False] * (len(cs) - 1) + [True]
+        assert "".join(c.text for c in cs) == g.text
+        if i % 2:
+            assert len(cs) == 1  # not streaming: one response with the whole text
+        assert (cs[-1].draft_tokens, cs[-1].accepted_draft_tokens) == (g.stats.draft_tokens, g.stats.accepted_tokens)
+
+
+def test_engine_failure_fails_running_requests_only(backend, monkeypatch):
+    real_step = backend.engine.step
+    calls = {"n": 0}
+
+    def flaky_step():
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("injected")
+        return real_step()
+
+    monkeypatch.setattr(backend.engine, "step", flaky_step)
+    chunks = _run(backend, [GenerationRequest(PROMPTS[20], NEW_TOKENS)])
+    assert chunks[0][-1].error == "generation failed: RuntimeError: injected"
+    # a fresh engine replaced the failed one and serves the next request correctly
+    want = backend.pipeline.generate([PROMPTS[21]], max_new_tokens=NEW_TOKENS)[0].text
+    assert _run(backend, [GenerationRequest(PROMPTS[21], NEW_TOKENS)])[0][-1].text == want
+
+
+def test_submit_rejects_before_queueing(backend):
+    with pytest.raises(RequestError, match="prompt of 300 tokens exceeds the limit of 256 tokens"):
+        backend.submit(GenerationRequest("y" * 300, 4), lambda c: None)
+    with pytest.raises(RequestError, match="with 256 new tokens the context of 512"):
+        backend.submit(GenerationRequest("y" * 257, 256), lambda c: None)
+    with pytest.raises(RequestError, match="sampling_param_temperature: this model verifies greedily"):
+        backend.submit(GenerationRequest("x", 4, temperature=0.5), lambda c: None)
