@@ -192,3 +192,42 @@ def test_unpack_wheel_keeps_only_server_files(tmp_path):
         zf.writestr("pytriton/__init__.py", "")
     with pytest.raises(ValueError, match="no pytriton/tritonserver/bin/tritonserver"):
         install.unpack_wheel(bad, tmp_path / "r2")
+
+
+# -- commands ------------------------------------------------------------------------------------
+def test_triton_command_writes_repository_json(tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    bundle = _fake_bundle(tmp_path / "bundle")
+    res = CliRunner().invoke(main, ["triton", "--bundle", str(bundle), "--out", str(tmp_path / "repo"),
+                                    "--max-tokens-limit", "32", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["model"] == "trtspec" and Path(out["model_dir"], "1", "model.py").is_file()
+    assert out["settings"]["max_tokens_limit"] == 32 and out["settings"]["default_max_tokens"] == 32
+    res = CliRunner().invoke(main, ["triton", "--bundle", str(tmp_path), "--out", str(tmp_path / "r2")])
+    assert res.exit_code == 2 and "target/config.json" in res.output
+    res = CliRunner().invoke(main, ["triton", "--out", str(tmp_path / "r2")])
+    assert res.exit_code == 2 and "--bundle and --out are required" in res.output
+
+
+def test_serve_without_server_says_how_to_get_one(tmp_path, monkeypatch):
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    if importlib.util.find_spec("pytriton") is not None:
+        pytest.skip("nvidia-pytriton is installed in this environment")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("TRTSPEC_TRITON_HOME", str(tmp_path / "none"))
+    monkeypatch.delenv("TRTSPEC_TRITONSERVER", raising=False)
+    res = CliRunner().invoke(main, ["serve", "--bundle", str(_fake_bundle(tmp_path / "b"))])
+    assert res.exit_code == 1
+    assert "No tritonserver found" in res.output and "trtspec triton install-server" in res.output
+    res = CliRunner().invoke(main, ["serve", "--bundle", str(tmp_path / "b"), "--http-port", "9000",
+                                    "--grpc-port", "9000"])
+    assert res.exit_code == 2 and "must differ" in res.output
