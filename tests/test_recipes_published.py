@@ -1,0 +1,54 @@
+"""Predictions against published figures (sources in the docstrings; tolerances justified per test)."""
+import pytest
+
+from trtspec.recipes.api import build_request
+from trtspec.recipes.optimizer import plan
+
+
+def _row(**kw):
+    return plan(build_request(**kw)).rows[0]
+
+
+def test_llama33_70b_small_draft_model_h200_batch1():
+    """TensorRT-LLM blog (Llama 3.3 70B, draft Llama 3.2 1B, H200, FP8, batch 1): 51.14 -> 181.74 tok/s (3.55x).
+
+    The baseline checks the roofline (HBM-bound decode) within 10%: the efficiency factors were fitted on a
+    different model and GPU (Llama-3.1-8B on H100), so this is an independent check. The blog publishes no acceptance
+    for the 1B draft, so instead of inventing one the test asserts that 3.55x lies inside the model's predictions for
+    a per-position acceptance band of 0.70-0.85 (typical of same-family small drafts at temperature 0): a draft cost
+    or verification cost off by ~2x would move the whole band past 3.55x."""
+    kw = dict(model="llama-3.3-70b", gpu="h200", quant="fp8", drafters="draft_model", draft_model="llama-3.2-1b",
+              batches=[1], context=2048)
+    low = _row(acceptance="rates=0.70", **kw)
+    high = _row(acceptance="rates=0.85", **kw)
+    assert low.baseline_tokens_per_s == pytest.approx(51.14, rel=0.10)
+    assert low.speedup < 3.55 < high.speedup
+    assert low.draft_len >= 4  # a 1B draft is cheap (rho ~ 0.02): deep chains pay at batch 1
+
+
+def test_deepseek_r1_mtp_8xb200_batch1_three_drafts_best():
+    """TensorRT-LLM blog "Pushing Latency Boundaries: DeepSeek-R1 on B200" (8xB200, TP8, NVFP4 MoE/dense with bf16
+    attention and bf16 MTP layers, batch 1): MTP with 3 draft tokens is best, 2.16x over no speculation.
+
+    Acceptance: prior deepseek-r1-mtp (DeepSeek-V3 report a_1 = 85-90%; later positions from an independent MTP
+    measurement). The chosen D must be exactly 3. Speedup tolerance 25%: the model leaves out part of the fixed
+    per-layer cost of MLA+MoE layers at TP8 (many small kernels), which makes the extra experts that verification
+    loads look dearer than they are, so it under-predicts (1.7-1.8x); the tolerance covers that known bias plus the
+    +-2.5% spread of the published a_1."""
+    row = _row(model="deepseek-r1", gpu="b200", tp=8, quant="fp4:attn=bf16", drafters="mtp", draft_quant="none",
+               acceptance="prior:deepseek-r1-mtp", batches=[1], context=1536, max_draft_len=7)
+    assert row.draft_len == 3
+    assert row.speedup == pytest.approx(2.16, rel=0.25)
+
+
+def test_llama31_8b_eagle3_h100_batch1_sglang():
+    """SGLang docs (Llama-3.1-8B-Instruct, MT-bench, 1xH100, batch 1): 158.34 tok/s -> 373.25 tok/s with EAGLE-3.
+
+    The baseline anchors the bandwidth efficiency (fitted figure; 5% tolerance). The acceptance prior is the public
+    EAGLE-3 head's chain figure at temperature 1 (AL 2.77 at K=7), while SGLang ran a tree at temperature 0, so the
+    chain prediction is a lower bound: it must land within 20% below the published throughput and not above it by
+    more than 5%."""
+    row = _row(model="llama-3.1-8b", gpu="h100", drafters="eagle3", acceptance="prior:llama3.1-8b-eagle3",
+               batches=[1], context=1024)
+    assert row.baseline_tokens_per_s == pytest.approx(158.34, rel=0.05)
+    assert 0.80 * 373.25 <= row.tokens_per_s <= 1.05 * 373.25
