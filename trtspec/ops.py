@@ -52,10 +52,10 @@ def _tensor(name: str, t, dims: int, dtypes: tuple, layout: str, device: torch.d
     if t.dtype not in dtypes:
         names = " or ".join(str(d).replace("torch.", "") for d in dtypes)
         raise ValueError(f"{name} must have dtype {names}, got {str(t.dtype).replace('torch.', '')}")
-    if t.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"{name} must be on a CPU or CUDA device, got {t.device}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} must be on {device} like the other inputs, got {t.device}")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} must be on a CPU or CUDA device, got {t.device}")
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (call .contiguous())")
     return t
