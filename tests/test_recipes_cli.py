@@ -1,0 +1,77 @@
+"""`trtspec plan` and `trtspec recipes` through click."""
+import json
+
+import yaml
+from click.testing import CliRunner
+
+from trtspec.cli import main
+
+
+def run(*args):
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result
+
+
+def test_plan_json_rows_and_engine_settings():
+    r = run("plan", "--model", "llama-3.1-70b", "--gpu", "h200", "--quant", "fp8", "--drafter", "eagle3",
+            "--batch", "1,16,64,512", "--context", "1024", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [row["batch"] for row in doc["rows"]] == [1, 16, 64, 512]
+    for row in doc["rows"]:
+        assert {"draft_len", "expected_al", "draft_ms", "verify_ms", "step_ms", "tokens_per_s", "speedup",
+                "binding_rule"} <= set(row)
+    assert doc["rows"][-1]["draft_len"] == 0
+    sc = doc["trtllm"]["speculative_config"]
+    assert not ("draft_len_schedule" in sc and "max_concurrency" in sc)
+    assert doc["provenance"]["acceptance"]["eagle3"].startswith("prior:llama3.3-70b-eagle3")
+
+
+def test_plan_table_plot_and_out(tmp_path):
+    png, out = tmp_path / "plan.png", tmp_path / "recipe.yaml"
+    r = run("plan", "--model", "deepseek-r1", "--gpu", "h200", "--tp", "8", "--quant", "fp8", "--drafter", "mtp",
+            "--batch", "1,8,64", "--plot", str(png), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert "binding rule" in r.output and "TensorRT-LLM speculative_config" in r.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = yaml.safe_load(out.read_text())
+    assert doc["format"] == "trtspec.recipe/v1" and doc["tp"] == 8
+
+
+def test_plan_draft_len_what_if():
+    r = run("plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--drafter", "eagle3", "--batch", "1,32",
+            "--draft-len", "3", "--json")
+    doc = json.loads(r.output)
+    assert [row["draft_len"] for row in doc["rows"]] == [3, 3]
+
+
+def test_plan_errors_are_clear():
+    r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--gpu", "h999", "--drafter", "eagle3"])
+    assert r.exit_code != 0 and "unknown GPU 'h999'" in r.output and "h200" in r.output
+    r = CliRunner().invoke(main, ["plan", "--model", "qwen3-8b", "--gpu", "h200", "--drafter", "ngram"])
+    assert r.exit_code != 0 and "no acceptance source" in r.output
+    r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--gpu", "h200", "--drafter", "medusa",
+                                  "--acceptance", "rates=0.5"])
+    assert r.exit_code != 0 and "unknown --drafter 'medusa'" in r.output
+
+
+def test_hybrid_model_plans_with_inline_acceptance():
+    r = run("plan", "--model", "qwen3-next-80b-a3b", "--gpu", "h200", "--quant", "fp8", "--drafter", "mtp",
+            "--acceptance", "al=2.4@3", "--batch", "1,64", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["rows"][0]["breakdown_ms"]["state"] > 0
+
+
+def test_recipes_list_show_match():
+    r = run("recipes", "list", "--json")
+    items = json.loads(r.output)
+    assert len({(i["model"], i["gpu"]) for i in items}) >= 8
+    name = items[0]["name"]
+    r = run("recipes", "show", name)
+    assert r.exit_code == 0 and "provenance" in r.output
+    r = run("recipes", "match", "--model", "qwen3-32b", "--gpu", "h200", "--json")
+    assert r.exit_code == 0, r.output
+    found = json.loads(r.output)
+    assert found and found[0]["stored"].startswith("llama-3.3-70b__h200")  # dense GQA G=8, similar size
+    assert found[0]["derived"]["model"] == "qwen3-32b"
