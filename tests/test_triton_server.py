@@ -224,6 +224,32 @@ def test_perf_metrics_present_and_consistent(server, pipeline):
     assert int(final["total_accepted_draft_tokens"].item()) == stats.accepted_tokens
 
 
+def _counters(server) -> dict[str, float]:
+    """trtspec_* samples of /metrics: 'name{labels}' -> value."""
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("trtspec_")}
+
+
+def test_prometheus_counters_follow_requests(server, pipeline):
+    before = _counters(server)
+    prompt = PROMPTS[6]
+    out = _generate(server, {"text_input": prompt, "sampling_param_max_tokens": NEW_TOKENS,
+                             "sampling_param_return_perf_metrics": True})
+    with pytest.raises(urllib.error.HTTPError):
+        _generate(server, {"text_input": "", "sampling_param_max_tokens": 4})
+    after = _counters(server)
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    label = f'model="{MODEL}"'
+    n_tokens = len(pipeline.generate([prompt], max_new_tokens=NEW_TOKENS)[0].token_ids)
+    assert delta[f"trtspec_draft_tokens_total{{{label}}}"] == out["total_draft_tokens"]
+    assert delta[f"trtspec_accepted_draft_tokens_total{{{label}}}"] == out["total_accepted_draft_tokens"]
+    assert delta[f"trtspec_output_tokens_total{{{label}}}"] == n_tokens
+    assert delta[f'trtspec_requests_total{{{label},outcome="success"}}'] == 1
+    assert delta[f'trtspec_requests_total{{{label},outcome="failure"}}'] == 1
+
+
 # -- bad requests fail alone -----------------------------------------------------------------------
 @pytest.mark.parametrize("payload, message", [
     ({"sampling_param_max_tokens": 4}, "text_input"),

@@ -188,7 +188,8 @@ class ReferenceBackend:
         rest = active.text.finish()
         self._send(active, Chunk(text=piece + rest if active.request.stream else active.text.emitted, final=True,
                                  accepted_draft_tokens=_stat(out.stats, "accepted_tokens", "accepted_draft_tokens"),
-                                 draft_tokens=_stat(out.stats, "draft_tokens", "drafted_tokens")))
+                                 draft_tokens=_stat(out.stats, "draft_tokens", "drafted_tokens"),
+                                 output_tokens=active.new_tokens))
 
 
 class TrtllmBackend:
@@ -241,7 +242,8 @@ class TrtllmBackend:
             spec = getattr(metrics, "speculative_decoding", None)
             emit(Chunk(text=text[len(sent):] if r.stream else text, final=True,
                        accepted_draft_tokens=_stat(spec, "total_accepted_draft_tokens"),
-                       draft_tokens=_stat(spec, "total_draft_tokens")))
+                       draft_tokens=_stat(spec, "total_draft_tokens"),
+                       output_tokens=len(output.outputs[0].token_ids) if output is not None else 0))
         except Exception as e:
             log.exception("tensorrt_llm request failed")
             emit(Chunk(text="", final=True, error=f"generation failed: {type(e).__name__}: {e}"))

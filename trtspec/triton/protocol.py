@@ -219,6 +219,7 @@ class Chunk:
     final: bool
     accepted_draft_tokens: int = 0
     draft_tokens: int = 0
+    output_tokens: int = 0
     error: str | None = None
 
     @property

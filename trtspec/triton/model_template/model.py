@@ -6,7 +6,8 @@ visible, else through the trtspec runtime with continuous batching, and logs whi
 
 Decoupled: each request gets its responses from a backend thread through its response sender,
 one per new piece of text when ``stream`` is true, else a single one. A bad request gets a
-``TritonError`` response for that request only.
+``TritonError`` response for that request only. Counters of requests, generated, drafted and
+accepted tokens join Triton's Prometheus ``/metrics`` (:data:`METRICS`).
 """
 import json
 import logging
@@ -36,6 +37,38 @@ class _TritonLog(logging.Handler):
             pb_utils.Logger.log_info(message)
 
 
+#: Prometheus counters this model adds to Triton's /metrics (name -> help).
+METRICS = {
+    "trtspec_requests_total": "Requests finished, by outcome (success | failure)",
+    "trtspec_output_tokens_total": "Generated tokens of successful requests",
+    "trtspec_draft_tokens_total": "Draft tokens proposed for successful requests",
+    "trtspec_accepted_draft_tokens_total": "Draft tokens accepted for successful requests",
+}
+
+
+class _Counters:
+    """The METRICS counters for one model (no-ops where this Triton lacks the metrics API)."""
+
+    def __init__(self, model_name):
+        self.metrics = {}
+        if not hasattr(pb_utils, "MetricFamily"):
+            return
+        self._families = {name: pb_utils.MetricFamily(name=name, description=text, kind=pb_utils.MetricFamily.COUNTER)
+                          for name, text in METRICS.items()}
+        labels = {"model": model_name}
+        for name, family in self._families.items():
+            if name == "trtspec_requests_total":
+                for outcome in ("success", "failure"):
+                    self.metrics[(name, outcome)] = family.Metric(labels=dict(labels, outcome=outcome))
+            else:
+                self.metrics[(name, None)] = family.Metric(labels=labels)
+
+    def add(self, name, value, outcome=None):
+        metric = self.metrics.get((name, outcome))
+        if metric is not None and value:
+            metric.increment(value)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         logger = logging.getLogger("trtspec")
@@ -52,6 +85,7 @@ class TritonPythonModel:
         self.settings = ModelSettings.load(version_dir / "model.yaml")
         bundle = read_bundle(self.settings.bundle)
         self.backend, _ = load_backend(bundle, self.settings)
+        self.counters = _Counters(args["model_name"])
 
     def execute(self, requests):
         for request in requests:
@@ -75,6 +109,7 @@ class TritonPythonModel:
         return (1, 1) if self.batched else (1,)
 
     def _fail(self, sender, message):
+        self.counters.add("trtspec_requests_total", 1, "failure")
         sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)), flags=_FINAL)
 
     def _respond(self, sender, perf_metrics, chunk):
@@ -84,6 +119,11 @@ class TritonPythonModel:
             return
         shape = self._shape()
         tensors = [pb_utils.Tensor("text_output", np.array([chunk.text.encode("utf-8")], dtype=np.object_).reshape(shape))]
+        if chunk.final:
+            self.counters.add("trtspec_requests_total", 1, "success")
+            self.counters.add("trtspec_output_tokens_total", chunk.output_tokens)
+            self.counters.add("trtspec_draft_tokens_total", chunk.draft_tokens)
+            self.counters.add("trtspec_accepted_draft_tokens_total", chunk.accepted_draft_tokens)
         if chunk.final and perf_metrics:
             tensors += [
                 pb_utils.Tensor("acceptance_rate", np.full(shape, chunk.acceptance_rate, dtype=np.float32)),
