@@ -12,6 +12,8 @@ import random
 from pathlib import Path
 from typing import Callable, Iterable
 
+from trtspec.builder.validate import BuildInputError
+
 BUILTIN_SAMPLE: tuple[tuple[str, str], ...] = (
     ("coding", "def merge_sorted(a, b):\n    i = j = 0\n    out = []\n    while i < len(a) and j < len(b):\n"
                "        if a[i] <= b[j]:\n            out.append(a[i]); i += 1\n        else:\n"
@@ -70,7 +72,7 @@ BUILTIN_SAMPLE: tuple[tuple[str, str], ...] = (
 )
 
 
-class CalibrationError(ValueError):
+class CalibrationError(BuildInputError):
     """The calibration file is unusable (the message names ``--calib``)."""
 
 

@@ -120,7 +120,7 @@ def sglang_args(recipe: Any, opts: Any) -> Optional[SglangArgs]:
 def dump_yaml(data: dict, path: Path, header: str) -> None:
     """Write ``data`` as block-style YAML with a comment header (keys in insertion order)."""
     text = "".join(f"# {line}\n" for line in header.splitlines())
-    text += yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    text += yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
     path.write_text(text)
 
 
@@ -130,7 +130,11 @@ def write_configs(bundle: Path, recipe: Any, opts: Any, *, draft_layer_ids=None)
     notes: list[str] = []
     llm = llm_api_config(recipe, opts, draft_layer_ids=draft_layer_ids, notes=notes)
     commit = TRTLLM_VERSIONS[opts.trtllm_version]
-    dump_yaml(llm.model_dump(exclude_none=True), bundle / "llm_api.yaml",
+    data = llm.model_dump(exclude_none=True)
+    if "speculative_config" in data:  # decoding_type first: it selects the config class
+        sc = data["speculative_config"]
+        data["speculative_config"] = {"decoding_type": sc.pop("decoding_type"), **sc}
+    dump_yaml(data, bundle / "llm_api.yaml",
               f"TensorRT-LLM LLM-API options (trtllm-serve ./target --config llm_api.yaml), run from the bundle.\n"
               f"Fields follow TensorRT-LLM {opts.trtllm_version} (llm_args.py at {commit[:12]}).")
     vl = vllm_config(recipe, opts)

@@ -56,13 +56,31 @@ def demo_options(opts: BuildOptions) -> BuildOptions:
     return opts.model_copy(update=update)
 
 
-def default_resolver(spec: str, **kw):
-    """``trtspec.recipes.api.resolve_recipe`` (imported on use)."""
+def default_resolver(spec: str, *, draft=None, draft_quant="none", **kw):
+    """``trtspec.recipes.api.resolve_recipe`` (imported on use).
+
+    The draft_model planner needs the draft's architecture; while ``resolve_recipe`` has no
+    ``draft_model`` argument, an ``auto`` draft_model recipe is planned through the same module's
+    ``build_request`` / ``plan`` / ``recipe_from_plan``.
+    """
+    import inspect
+
     try:
-        from trtspec.recipes.api import resolve_recipe
+        from trtspec.recipes import api
     except ImportError as e:
         raise RuntimeError(f"the recipe layer (trtspec.recipes.api) is not available: {e}") from None
-    return resolve_recipe(spec, **kw)
+    if draft is not None and kw.get("drafter") == "draft_model":
+        if "draft_model" in inspect.signature(api.resolve_recipe).parameters:
+            return api.resolve_recipe(spec, draft_model=str(draft), **kw)
+        if spec == "auto":
+            req = api.build_request(model=kw["model"], gpu=kw["gpu"], drafters=kw["drafter"],
+                                    acceptance=kw["acceptance"], tp=kw["tp"], quant=kw["quant"],
+                                    context=kw["context"], calibration=kw["calibration"],
+                                    max_batch_size=kw["max_batch_size"], draft_model=str(draft),
+                                    draft_quant=None if draft_quant == "none" else draft_quant)
+            return api.recipe_from_plan(api.plan(req), model_label=Path(kw["model"]).name,
+                                        max_batch_size=kw["max_batch_size"])
+    return api.resolve_recipe(spec, **kw)
 
 
 class _Stages:
@@ -111,7 +129,7 @@ class _Stages:
 def _recipe_kwargs(opts: BuildOptions) -> dict:
     return dict(model=str(opts.target), gpu=opts.gpu, tp=opts.tp, quant=opts.quant, drafter=opts.drafter,
                 acceptance=opts.acceptance, max_batch_size=opts.max_batch_size, context=opts.max_seq_len,
-                calibration=None)
+                calibration=None, draft=opts.draft, draft_quant=opts.draft_quant)
 
 
 def _describe_recipe(recipe) -> str:

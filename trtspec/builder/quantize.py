@@ -98,6 +98,9 @@ def load_model(path: Path, device: str):
 
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
 
     cfg = json.loads((Path(path) / "config.json").read_text())
     dtype_name = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"
@@ -120,8 +123,11 @@ def quantize_and_export(src: Path, quant: str, kv_cache_quant: str, batches: lis
         import modelopt.torch.quantization as mtq
         from modelopt.torch.export import export_hf_checkpoint
 
+    from transformers.utils import logging as hf_logging
+
     from trtspec.builder.calib import forward_loop
 
+    hf_logging.disable_progress_bar()
     model = load_model(src, device)
     vocab = int(model.config.vocab_size)
     probe = torch.tensor([batches[0]], device=device).clamp_(0, vocab - 1)
