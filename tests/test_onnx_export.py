@@ -100,6 +100,8 @@ def test_invalid_tree_is_reported_not_fatal(exported):
 def test_export_rejects_bad_inputs(pair, tmp_path):
     with pytest.raises(ExportError, match="max_nodes"):
         export_step_graphs(*pair, tmp_path / "x", max_nodes=5000)
+    with pytest.raises(ExportError, match="quant must be one of"):
+        export_step_graphs(*pair, tmp_path / "x", quant="int3")
     with pytest.raises(ExportError, match="max_depth"):
         export_step_graphs(*pair, tmp_path / "x", max_nodes=4, max_depth=4)
     bad = tmp_path / "gpt2"
@@ -126,3 +128,21 @@ def test_tensorrt_backend_without_tensorrt_writes_a_trtexec_script(pair, tmp_pat
     assert "--maxShapes=tokens:8x5,parents:8x5,cache_lens:8,past_k:2x8x2x256x16" in script
     saved = json.loads((tmp_path / "trt" / "runtime_config.json").read_text())
     assert saved["graphs"]["target_verify"]["profile"]["tokens"] == [[1, 5], [4, 5], [8, 5]]
+
+
+@pytest.mark.parametrize("quant,qdq", [("int8", {("", "QuantizeLinear"), ("", "DequantizeLinear")}),
+                                       ("fp8", {("trt", "TRT_FP8QuantizeLinear"), ("trt", "TRT_FP8DequantizeLinear")})])
+def test_modelopt_quantized_weights_export_as_qdq(pair, tmp_path, quant, qdq):
+    export_step_graphs(*pair, tmp_path / quant, max_nodes=3, quant=quant)
+    for name in ("target_verify.onnx", "draft_step.onnx"):
+        model = onnx.load(str(tmp_path / quant / name))
+        kinds = {(n.domain, n.op_type) for n in model.graph.node}
+        assert qdq <= kinds, f"{name}: no {qdq} in {sorted(kinds)[:12]}"
+        assert {("trtspec", "TrtSpecTreeMask"), ("trtspec", "TrtSpecVerifyGreedy")} <= kinds or name == "draft_step.onnx"
+    assert json.loads((tmp_path / quant / "onnx_spec.json").read_text())["quant"] == quant
+
+
+def test_int8_qdq_graph_runs_in_onnxruntime(pair, tmp_path):
+    export_step_graphs(*pair, tmp_path / "q", max_nodes=3, quant="int8")
+    out, _ = OnnxSpecDecoder(tmp_path / "q").generate([[1, 2, 3]], 6)
+    assert len(out[0]) == 6 and all(0 <= t < 256 for t in out[0])

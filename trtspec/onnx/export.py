@@ -40,6 +40,7 @@ class ExportSpec:
     draft_num_layers: int
     draft_kv_heads: int
     draft_head_dim: int
+    quant: str = "none"
     opset: int = OPSET
     format: str = FORMAT
 
@@ -72,14 +73,53 @@ def check_graph(path: str | Path) -> None:
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
 
 
+QUANT_FORMATS = ("none", "fp8", "int8", "int4_awq")
+"""Weight/activation formats the graphs can carry as Q/DQ nodes (Model-Optimizer fake quantization):
+fp8 -> ``trt::TRT_FP8QuantizeLinear/DequantizeLinear``, int8 -> ONNX QuantizeLinear/DequantizeLinear,
+int4_awq -> weight-only ``trt::DequantizeLinear`` (block 128). TensorRT's ONNX parser reads all three;
+onnxruntime runs only ``none`` and ``int8``."""
+
+
+def _modelopt_config(quant: str):
+    import modelopt.torch.quantization as mtq
+
+    return {"fp8": mtq.FP8_DEFAULT_CFG, "int8": mtq.INT8_DEFAULT_CFG, "int4_awq": mtq.INT4_AWQ_CFG}[quant]
+
+
+def quantize_for_export(model, quant: str, calib_batches: int = 4, seed: int = 0) -> None:
+    """Fake-quantize ``model``'s linear layers in place with Model-Optimizer so the export carries Q/DQ.
+
+    Calibration runs the functional decoder on ``calib_batches`` batches of random token ids
+    (a graph-structure calibration: use ``trtspec build --backend tensorrt`` for data calibration).
+    """
+    import torch
+
+    from trtspec.onnx.graphs import DraftStep
+
+    import modelopt.torch.quantization as mtq
+
+    step, cfg = DraftStep(model), model.config
+    g = torch.Generator().manual_seed(seed)
+
+    def forward_loop(_):
+        for _ in range(calib_batches):
+            toks = torch.randint(0, cfg.vocab_size, (2, 16), generator=g)
+            kv = torch.zeros(cfg.num_hidden_layers, 2, cfg.num_key_value_heads, 1, cfg.head_dim)
+            step(toks, torch.zeros(2, dtype=torch.long), kv, kv)
+
+    with torch.no_grad():
+        mtq.quantize(model, _modelopt_config(quant), forward_loop)
+
+
 def export_step_graphs(target_dir: str | Path, draft_dir: str | Path, out_dir: str | Path, *,
-                       max_nodes: int = 5, max_depth: int | None = None) -> ExportSpec:
+                       max_nodes: int = 5, max_depth: int | None = None, quant: str = "none") -> ExportSpec:
     """Write ``target_verify.onnx``, ``draft_step.onnx`` and ``onnx_spec.json`` into ``out_dir``.
 
     Args:
         target_dir, draft_dir: Hugging Face directories of a supported Llama-family pair.
         max_nodes: the tree size N (default 5: a chain of 4 drafts).
         max_depth: bound on the accepted depth (default ``max_nodes - 1``, a chain).
+        quant: one of :data:`QUANT_FORMATS`; not ``none``: both models' linear layers export as Q/DQ.
     """
     import torch
 
@@ -88,6 +128,8 @@ def export_step_graphs(target_dir: str | Path, draft_dir: str | Path, out_dir: s
     from trtspec.runtime.models import load_model
 
     max_depth = max_nodes - 1 if max_depth is None else max_depth
+    if quant not in QUANT_FORMATS:
+        raise ExportError(f"quant must be one of {QUANT_FORMATS}, got {quant!r}")
     try:
         target = load_model(target_dir)
         draft = load_model(draft_dir)
@@ -99,7 +141,13 @@ def export_step_graphs(target_dir: str | Path, draft_dir: str | Path, out_dir: s
     spec = ExportSpec(max_nodes=max_nodes, max_depth=max_depth, num_layers=tc.num_hidden_layers,
                       kv_heads=tc.num_key_value_heads, head_dim=tc.head_dim, vocab_size=tc.vocab_size,
                       draft_num_layers=dc.num_hidden_layers, draft_kv_heads=dc.num_key_value_heads,
-                      draft_head_dim=dc.head_dim)
+                      draft_head_dim=dc.head_dim, quant=quant)
+    if quant != "none":
+        if quant == "int4_awq" and (tc.hidden_size % 128 or tc.intermediate_size % 128):
+            raise ExportError(f"int4_awq needs hidden and intermediate sizes that are multiples of 128, got "
+                              f"{tc.hidden_size} and {tc.intermediate_size}")
+        quantize_for_export(target, quant)
+        quantize_for_export(draft, quant)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
