@@ -153,3 +153,22 @@ def test_guideline5_picks_drafter_per_batch():
         alt = build_request(model="llama-3.1-8b", gpu="h100", drafters="ngram", acceptance="rates=0.3",
                             batches=[r.batch])
         assert r.tokens_per_s >= plan(alt).rows[0].tokens_per_s * (1 - 1e-9)
+
+
+def test_monotone_schedule_is_the_best_non_increasing_choice():
+    import itertools
+    import math
+
+    from trtspec.recipes.recipe import monotone_schedule
+
+    # MoE-like: the per-batch optimum grows with B (1, 1, 4, 4); TensorRT-LLM needs a non-increasing schedule.
+    curves = {1: {0: 1.0, 1: 1.20, 2: 1.15, 3: 1.05, 4: 0.95}, 2: {0: 1.0, 1: 1.10, 2: 1.08, 3: 1.0, 4: 0.9},
+              4: {0: 1.0, 1: 1.2, 2: 1.4, 3: 1.5, 4: 1.6}, 8: {0: 1.0, 1: 1.2, 2: 1.35, 3: 1.45, 4: 1.55}}
+    got = monotone_schedule(curves, tolerance=0.0)
+    assert [got[b] for b in sorted(got)] == sorted(got.values(), reverse=True)
+    brute = max((s for s in itertools.product(range(5), repeat=4) if list(s) == sorted(s, reverse=True)),
+                key=lambda s: sum(math.log(curves[b][d]) for b, d in zip(sorted(curves), s)))
+    assert tuple(got[b] for b in sorted(got)) == brute
+    rows = [{"batch": b, "draft_len": max(c, key=c.get)} for b, c in curves.items()]
+    sched, max_len, _ = derive_schedule(rows, 8, curves)
+    assert sched[min(sched)] == max_len and all(v <= max_len for v in sched.values())

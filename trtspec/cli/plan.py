@@ -55,9 +55,9 @@ def save_plot(plan_obj, recipe, path):
     fig, ax = plt.subplots(figsize=(8, 5))
     for row in recipe.rows:
         for drafter, curve in plan_obj.curves[row["batch"]].items():
-            line, = ax.plot(range(len(curve)), curve, marker=".", label=f"B={row['batch']} {drafter}")
-            if row["drafter"] in (drafter, "none") and row["num_nodes"] == row["draft_len"] + 1 \
-                    and row["draft_len"] < len(curve):
+            xs = sorted(curve)
+            line, = ax.plot(xs, [curve[x] for x in xs], marker=".", label=f"B={row['batch']} {drafter}")
+            if row["drafter"] in (drafter, "none") and row["draft_len"] in curve:
                 ax.plot([row["draft_len"]], [curve[row["draft_len"]]], marker="o", markersize=10,
                         markerfacecolor="none", color=line.get_color())
     ax.axhline(1.0, color="grey", lw=0.8)

@@ -90,8 +90,15 @@ def recipe_from_plan(p: Plan, *, model_label: str, max_batch_size: int, name: st
         "acceptance_extrapolated": {k: len(v.rates) < req.max_draft_len for k, v in req.acceptance.items()},
         "objective": req.objective, "max_draft_len_searched": req.max_draft_len,
     }
+    curves = None
+    if req.draft_len is None:
+        kinds = [r.drafter for r in p.rows if r.drafter != "none"] or [req.drafters[0].kind]
+        main = max(set(kinds), key=kinds.count)
+        curves = {b: by_drafter[main] for b, by_drafter in p.curves.items()}
+        if len(set(kinds)) > 1:
+            prov["schedule_note"] = f"rows mix drafters {sorted(set(kinds))}; engine schedules use {main!r}"
     return Recipe.from_rows(
-        rows=[r.to_dict() for r in p.rows], max_batch_size=max_batch_size, name=name, model=model_label,
+        rows=[r.to_dict() for r in p.rows], max_batch_size=max_batch_size, curves=curves, name=name, model=model_label,
         gpu=req.gpu.name, tp=req.tp, quant=req.quant, drafter=drafter, context=req.context,
         acceptance={k: v.to_dict() for k, v in req.acceptance.items()}, signature=signature(req.model), provenance=prov)
 

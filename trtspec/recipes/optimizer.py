@@ -125,7 +125,7 @@ class Row:
 class Plan:
     request: PlanRequest
     rows: list
-    curves: dict  # batch -> drafter -> [speedup at chain D = 0..Dmax]
+    curves: dict  # batch -> drafter -> {chain D: predicted speedup over D=0}
 
 
 class _Evaluator:
@@ -273,7 +273,7 @@ def plan(req: PlanRequest) -> Plan:
             profile = req.acceptance[spec.kind]
             pts = _candidates(ev, spec, profile, req)
             chain = [p for p in pts if p.num_nodes == p.draft_len + 1]
-            curves[batch][spec.kind] = [round(p.tokens_per_s / base.tokens_per_s, 5) for p in sorted(chain, key=lambda p: p.draft_len)]
+            curves[batch][spec.kind] = {p.draft_len: round(p.tokens_per_s / base.tokens_per_s, 6) for p in chain}
             choice = _choose(pts, req)
             if best is None or choice.tokens_per_s > best[0].tokens_per_s * (1 + 1e-9):
                 best = (choice, spec, profile)

@@ -4,9 +4,12 @@ Engine settings (all keys are inclusive upper batch bounds, TensorRT-LLM semanti
 
 * TensorRT-LLM ``draft_len_schedule`` {bound: D}: batch b uses the D of the smallest key >= b; batches above the
   largest key get D = 0. Its rules are enforced here: the smallest key's value equals ``max_draft_len`` and no value
-  exceeds it (so the per-batch optimum is capped by a running minimum from small to large batches; a row whose
-  optimum was capped records ``schedule_draft_len``); tiers with equal D are merged; trailing D = 0 tiers are
-  dropped. TensorRT-LLM forbids combining the schedule with ``max_concurrency``: when the schedule has a single tier
+  exceeds it, i.e. the schedule is non-increasing in the batch size. Per-batch optima need not be (MoE models load
+  fewer *new* experts per extra draft once the batch already touches most experts, so their best D can grow with
+  B), so when speedup curves are given the schedule is the non-increasing sequence that maximizes the sum over
+  buckets of log(predicted speedup) (a small dynamic programme over D; ties go to the smaller D); without curves
+  the optimum is capped by a running minimum. A row whose scheduled D differs from its optimum records
+  ``schedule_draft_len`` and ``schedule_speedup``. Tiers with equal D are merged; trailing D = 0 tiers are dropped. TensorRT-LLM forbids combining the schedule with ``max_concurrency``: when the schedule has a single tier
   that ends below ``max_batch_size`` it is expressed as ``max_draft_len`` + ``max_concurrency`` instead (see
   ``trtllm_speculative_config``); otherwise ``max_concurrency`` is None.
 * vLLM ``num_speculative_tokens_per_batch_size`` {bound: D} for every batch bucket (zeros kept).
@@ -28,10 +31,40 @@ from trtspec.recipes.errors import CatalogError
 FORMAT = "trtspec.recipe/v1"
 
 
-def derive_schedule(rows: list, max_batch_size: int) -> tuple:
-    """(draft_len_schedule, max_draft_len, capped D per batch) from rows sorted by batch (see module docstring)."""
+def monotone_schedule(curves: dict, tolerance: float = 1e-3) -> dict:
+    """Non-increasing D per batch maximizing sum_b log(speedup_b(D)); ``curves``: batch -> {D: speedup}."""
+    import math
+
+    batches = sorted(curves)
+    ds = sorted(set.intersection(*(set(curves[b]) for b in batches)))
+    if not ds:
+        return {}
+    val = {b: {d: math.log(max(curves[b][d], 1e-12)) for d in ds} for b in batches}
+    best = {}  # best[(i, d)] = best total for buckets i.. given s_i <= d
+    for i in range(len(batches) - 1, -1, -1):
+        run = -math.inf
+        for d in ds:
+            here = val[batches[i]][d] + (best[(i + 1, d)] if i + 1 < len(batches) else 0.0)
+            run = max(run, here)
+            best[(i, d)] = run
+    out, cap = {}, ds[-1]
+    for i, b in enumerate(batches):
+        totals = {d: val[b][d] + (best[(i + 1, d)] if i + 1 < len(batches) else 0.0) for d in ds if d <= cap}
+        top = max(totals.values())
+        cap = min(d for d, t in totals.items() if t >= top - tolerance)
+        out[b] = cap
+    return out
+
+
+def derive_schedule(rows: list, max_batch_size: int, curves: dict | None = None) -> tuple:
+    """(draft_len_schedule, max_draft_len, scheduled D per batch) from plan rows (see module docstring);
+    ``curves``: batch -> {D: predicted speedup} of the recipe's drafter, enabling the optimal monotone schedule."""
     capped, cap = {}, None
+    if curves:
+        capped = monotone_schedule({r["batch"]: curves[r["batch"]] for r in rows})
     for r in sorted(rows, key=lambda r: r["batch"]):
+        if r["batch"] in capped:
+            continue
         d = r["draft_len"] if cap is None else min(cap, r["draft_len"])
         cap = d
         capped[r["batch"]] = d
@@ -73,12 +106,15 @@ class Recipe:
     sglang: dict = field(default_factory=dict)
 
     @classmethod
-    def from_rows(cls, *, rows: list, max_batch_size: int, **kw) -> "Recipe":
+    def from_rows(cls, *, rows: list, max_batch_size: int, curves: dict | None = None, **kw) -> "Recipe":
+        """``curves``: batch -> {D: predicted speedup} for the optimal non-increasing schedule (optional)."""
         rows = [dict(r) for r in rows]
-        schedule, max_len, capped = derive_schedule(rows, max_batch_size)
+        schedule, max_len, capped = derive_schedule(rows, max_batch_size, curves)
         for r in rows:
             if capped[r["batch"]] != r["draft_len"]:
                 r["schedule_draft_len"] = capped[r["batch"]]
+                if curves and capped[r["batch"]] in curves.get(r["batch"], {}):
+                    r["schedule_speedup"] = round(curves[r["batch"]][capped[r["batch"]]], 5)
         max_conc = None
         if len(schedule) == 1 and max(schedule) < max_batch_size:
             max_conc = max(schedule)

@@ -1,0 +1,31 @@
+"""Recipe layer: predict the best draft length per GPU x batch x attention variant before running anything.
+
+Modules (data flows down this list):
+
+* ``gpus`` -- GPU catalog (``recipes/gpus/*.yaml``, every figure with a source) -> ``GPU``;
+* ``arch`` -- HF ``config.json`` (or a built-in name from ``trtspec/recipes/models``) -> ``Architecture``;
+* ``drafters`` -- cost and memory of each drafter (draft_model, eagle3, mtp, dflash, dspark, ngram, sa);
+* ``acceptance`` -- acceptance profiles a_k and their sources (measured file, inline, published priors);
+* ``costmodel`` -- roofline step time per op class (co-design guidelines 1-4);
+* ``calibration`` -- measured cost tables that replace the analytic step times;
+* ``optimizer`` -- per-batch argmax over drafter, D and tree (guideline 5);
+* ``recipe`` / ``book`` -- engine schedules (TensorRT-LLM, vLLM, SGLang), YAML recipes, the stored book;
+* ``api`` -- ``resolve_recipe(...) -> Recipe`` for the builder, ``build_request`` for the CLI.
+
+Nothing is loaded at import time.
+"""
+from __future__ import annotations
+
+__all__ = ["resolve_recipe", "Recipe"]
+
+
+def __getattr__(name):
+    if name == "resolve_recipe":
+        from trtspec.recipes.api import resolve_recipe
+
+        return resolve_recipe
+    if name == "Recipe":
+        from trtspec.recipes.recipe import Recipe
+
+        return Recipe
+    raise AttributeError(name)
