@@ -232,11 +232,15 @@ class TrtllmBackend:
             params = SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p,
                                     top_k=r.top_k or None, seed=r.seed, return_perf_metrics=r.perf_metrics)
             sent, output = "", None
-            async for output in self.llm.generate_async(r.prompt, params, streaming=r.stream):
-                text = output.outputs[0].text
-                if r.stream and not output.finished and len(text) > len(sent):
-                    emit(Chunk(text=text[len(sent):], final=False))
-                    sent = text
+            promise = self.llm.generate_async(r.prompt, params, streaming=r.stream)
+            if r.stream:
+                async for output in promise:
+                    text = output.outputs[0].text
+                    if not output.finished and len(text) > len(sent):
+                        emit(Chunk(text=text[len(sent):], final=False))
+                        sent = text
+            else:
+                output = await promise.aresult()
             text = output.outputs[0].text if output is not None else ""
             metrics = getattr(output.outputs[0], "request_perf_metrics", None) if output is not None else None
             spec = getattr(metrics, "speculative_decoding", None)
