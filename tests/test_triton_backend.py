@@ -89,3 +89,86 @@ def test_submit_rejects_before_queueing(backend):
         backend.submit(GenerationRequest("y" * 257, 256), lambda c: None)
     with pytest.raises(RequestError, match="sampling_param_temperature: this model verifies greedily"):
         backend.submit(GenerationRequest("x", 4, temperature=0.5), lambda c: None)
+
+
+# -- the TensorRT-LLM glue, against a stand-in `tensorrt_llm` module (the real one needs a GPU) ------
+def _fake_tensorrt_llm(texts: list[str], fail: bool = False):
+    import types
+    from types import SimpleNamespace as NS
+
+    mod = types.ModuleType("tensorrt_llm")
+    created = {}
+
+    class SamplingParams:
+        def __init__(self, **kw):
+            self.kw = kw
+
+    def output(text, finished):
+        spec = NS(total_accepted_draft_tokens=5, total_draft_tokens=9)
+        return NS(outputs=[NS(text=text, token_ids=list(range(len(text))),
+                              request_perf_metrics=NS(speculative_decoding=spec))], finished=finished)
+
+    class Promise:
+        def __init__(self):
+            self.steps = [output(t, i == len(texts) - 1) for i, t in enumerate(texts)]
+
+        def __aiter__(self):
+            async def gen():
+                for s in self.steps:
+                    if fail:
+                        raise RuntimeError("device lost")
+                    yield s
+            return gen()
+
+        async def aresult(self):
+            if fail:
+                raise RuntimeError("device lost")
+            return self.steps[-1]
+
+    class LLM:
+        def __init__(self, model, **kw):
+            created.update(model=model, **kw)
+
+        def generate_async(self, prompt, params, streaming=False):
+            created.setdefault("params", []).append((prompt, params.kw, streaming))
+            return Promise()
+
+        def shutdown(self):
+            created["shutdown"] = True
+
+    mod.LLM, mod.SamplingParams = LLM, SamplingParams
+    return mod, created
+
+
+def test_trtllm_backend_glue(tmp_path, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    from trtspec.triton.backends import TrtllmBackend
+    from trtspec.triton.bundle import BundleLayout
+    from trtspec.triton.protocol import ModelSettings
+
+    mod, created = _fake_tensorrt_llm(["de", "def f", "def f():"])
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", mod)
+    layout = BundleLayout(root=tmp_path, target=tmp_path / "target", draft=tmp_path / "draft", drafter="draft_model",
+                          draft_len=3, llm_api={"speculative_config": {"decoding_type": "Draft_Target",
+                                                                        "max_draft_len": 3, "speculative_model": "draft"}})
+    backend = TrtllmBackend(layout, ModelSettings(bundle=Path(tmp_path)))
+    assert created["model"] == str(tmp_path / "target")
+    assert created["speculative_config"]["speculative_model"] == str(tmp_path / "draft")
+    streamed = _run(backend, [GenerationRequest("p", 8, stream=True, perf_metrics=True)])[0]
+    assert [c.text for c in streamed] == ["de", "f f", "():"] and streamed[-1].final
+    assert (streamed[-1].accepted_draft_tokens, streamed[-1].draft_tokens) == (5, 9)
+    single = _run(backend, [GenerationRequest("p", 8, top_k=4)])[0]
+    assert [(c.text, c.final) for c in single] == [("def f():", True)]
+    assert created["params"][-1] == ("p", {"max_tokens": 8, "temperature": 0.0, "top_p": 1.0, "top_k": 4, "seed": 0,
+                                           "return_perf_metrics": False}, False)
+    backend.shutdown()
+    assert created["shutdown"]
+
+    mod, created = _fake_tensorrt_llm(["x"], fail=True)
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", mod)
+    failing = TrtllmBackend(layout, ModelSettings(bundle=Path(tmp_path)))
+    chunks = _run(failing, [GenerationRequest("p", 8, stream=True), GenerationRequest("q", 8)])
+    assert all(cs[-1].error == "generation failed: RuntimeError: device lost" for cs in chunks)
+    failing.shutdown()
