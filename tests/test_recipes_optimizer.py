@@ -172,3 +172,18 @@ def test_monotone_schedule_is_the_best_non_increasing_choice():
     rows = [{"batch": b, "draft_len": max(c, key=c.get)} for b, c in curves.items()]
     sched, max_len, _ = derive_schedule(rows, 8, curves)
     assert sched[min(sched)] == max_len and all(v <= max_len for v in sched.values())
+
+
+def test_latency_objective_takes_any_gain():
+    kw = dict(model="llama-3.1-8b", gpu="h100", drafters="eagle3", acceptance="rates=0.75", batches=[1, 32, 128])
+    thr = plan(build_request(objective="throughput", **kw)).rows
+    lat = plan(build_request(objective="latency", **kw)).rows
+    for a, b in zip(thr, lat):
+        assert b.draft_len >= a.draft_len
+        assert b.tokens_per_s >= a.tokens_per_s * (1 - 1e-12)
+        assert a.tokens_per_s >= b.tokens_per_s * (1 - 1e-3)  # throughput's tie tolerance is 0.1%
+
+
+def test_draft_model_needs_its_architecture():
+    with pytest.raises(RecipeError, match="--draft-model"):
+        build_request(model="llama-3.1-70b", gpu="h200", drafters="draft_model", acceptance="rates=0.8")

@@ -1,0 +1,1 @@
+"""Recipe book data (GPU figures, acceptance priors, stored recipes), installed as the package ``trtspec.recipebook``."""
