@@ -5,8 +5,8 @@ One *target step* verifies ``tokens`` new tokens for each of B requests (``token
 chain of D drafts) on top of ``context_len`` cached tokens: one forward of ``[B, tokens]`` through
 the decoder plus ``lm_head`` on every new token. One *draft step* is the same forward of the draft
 model (``tokens = 1`` is one autoregressive draft token; larger values are the catch-up after
-acceptance). Each point: ``warmup`` untimed calls, then ``repeats`` timed calls, the **median**
-in seconds (CUDA is synchronised around each call).
+acceptance). Each point: ``warmup`` untimed calls, then ``repeats`` timed calls (round-robin over
+the grid), the **median** in seconds (CUDA is synchronised around each call).
 
 Format (``trtspec.cost_table/v1``, read by ``trtspec plan --calibration``)::
 
@@ -118,18 +118,31 @@ def step_fn(model: Any, batch: int, tokens: int, context_len: int) -> Callable[[
 
 def measure(model: Any, batch_sizes: Sequence[int], tokens: Sequence[int], cfg: ProfileConfig,
             progress: Callable[[], None] | None = None) -> dict[str, dict[str, float]]:
-    """``{"<B>": {"<tokens>": median seconds}}`` for ``model`` over the grid."""
+    """``{"<B>": {"<tokens>": median seconds}}`` for ``model`` over the grid.
+
+    Every point is warmed up first; then the timed calls go round-robin over the grid
+    (``repeats`` rounds), so that slow drift of a shared machine spreads over all points alike
+    instead of biasing the ones measured last."""
     import torch
 
     sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
+    fns = {(b, t): step_fn(model, b, t, cfg.context_len) for b in batch_sizes for t in tokens}
+    for fn in fns.values():
+        for _ in range(cfg.warmup):
+            fn()
+    sync()
+    times: dict[tuple[int, int], list[float]] = {k: [] for k in fns}
+    for _ in range(cfg.repeats):
+        for key, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[key].append(time.perf_counter() - t0)
     table: dict[str, dict[str, float]] = {}
-    for b in batch_sizes:
-        row = table.setdefault(str(b), {})
-        for t in tokens:
-            row[str(t)] = time_call(step_fn(model, b, t, cfg.context_len), warmup=cfg.warmup,
-                                    repeats=cfg.repeats, sync=sync)
-            if progress is not None:
-                progress()
+    for (b, t), ts in times.items():
+        table.setdefault(str(b), {})[str(t)] = statistics.median(ts)
+        if progress is not None:
+            progress()
     return table
 
 

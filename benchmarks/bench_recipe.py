@@ -1,0 +1,71 @@
+"""Predicted versus swept draft length on the demo pair (or any pair): does the planner's D reach
+>= 0.95 of the best measured throughput at every batch size? Also reports fixed D=3 and
+TensorRT-LLM's AUTO heuristic (D=5 up to batch 4, else 3).
+
+    python benchmarks/bench_recipe.py [--device cpu|cuda] [--sweep 0..8] [--batch 1,4,16]
+                                      [--prompts 16] [--max-new-tokens 32] [--repeats 3]
+                                      [--calibration cost_table.json] [--out bench_recipe_out] [--json]
+
+Steps: measure tokens/s of the local runtime for every (B, D) (held-out standard-library code
+prompts, greedy); the acceptance measured at the largest D and a cost table (``trtspec profile``
+on the same device, unless --calibration is given) go to the planner; the table prints, per B,
+the planner's D, the measured best D and the ratio of their throughputs. Same as
+``trtspec bench --sweep-draft-len 0..8 --batch 1,4,16 --category coding``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv=None) -> int:
+    from trtspec.bench.config import parse_int_list
+    from trtspec.bench.datasets import stdlib_code_prompts
+    from trtspec.bench.sweep import TARGET_RATIO, SweepConfig, run_sweep
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=None, help="target model dir or bundle (default: the demo pair)")
+    ap.add_argument("--draft", default=None, help="draft model dir (default: the demo pair's draft)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--sweep", default="0..8", help="draft lengths, e.g. 0..8")
+    ap.add_argument("--batch", default="1,4,16", help="batch sizes, e.g. 1,4,16")
+    ap.add_argument("--prompts", type=int, default=16, help="held-out code prompts cycled through the batches")
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--calibration", default=None, help="cost_table.json (default: profile now)")
+    ap.add_argument("--gpu", default="h200", help="GPU name for the planner (its step times come from the table)")
+    ap.add_argument("--out", default="bench_recipe_out")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    target, draft = args.target, args.draft
+    if target is None:
+        from trtspec.zoo import demo_paths
+
+        target, demo_draft = demo_paths()
+        draft = draft or demo_draft
+    cfg = SweepConfig(draft_lens=parse_int_list(args.sweep, "--sweep"), batch_sizes=parse_int_list(args.batch, "--batch"),
+                      repeats=args.repeats, max_new_tokens=args.max_new_tokens)
+    prompts = stdlib_code_prompts(args.prompts)
+    res = run_sweep(target, draft, prompts, cfg, out_dir=args.out, device=args.device, dtype=args.dtype,
+                    calibration=args.calibration, gpu=args.gpu)
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    print(f"device: {res['device']}; mean AL at D={max(cfg.draft_lens)}: {res['mean_al_at_max_d']:.3f}; "
+          f"a_k = {', '.join(f'{a:.2f}' for a in res['rates'])}")
+    print(res["table"])
+    for v in res["verdicts"]:
+        r = v["ratios"]["planner"]
+        ok = "n/a" if r is None else ("ok" if r >= TARGET_RATIO else "below goal")
+        print(f"B={v['batch']}: planner D={v['choices']['planner']} vs best D={v['best_d']}: ratio "
+              f"{'n/a' if r is None else f'{r:.3f}'} ({ok}); fixed D=3 {v['ratios']['fixed3']}; "
+              f"AUTO D={v['choices']['auto']} {v['ratios']['auto']}")
+    print(f"wall {res['wall_s']:.0f} s; results in {args.out}/sweep.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
