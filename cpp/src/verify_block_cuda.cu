@@ -7,7 +7,8 @@
 // block reductions (see verify_sample_cuda.cu for what that means for bit equality).
 //
 // Invalid request (a draft token outside [0, V)): accepted_len[b] = 0 and bonus_token[b] = -1.
-// When the distribution the bonus is drawn from has no positive entry, the bonus is -1.
+// If rounding empties r_tau the bonus is drawn from target row tau (as on the CPU); if the row it
+// is finally drawn from has no positive entry (invalid probabilities), the bonus is -1.
 #include "cuda_common.cuh"
 #include "cuda_seed_on_device.h"
 
@@ -93,6 +94,8 @@ __global__ void __launch_bounds__(kThreads)
         const Residual r{target + static_cast<size_t>(tau) * vocab, draft + static_cast<size_t>(tau) * vocab,
                          sWeight[tau]};
         bonus = detail::sample<kThreads, kItems>(r, vocab, u, s);
+        if (bonus < 0)  // rounding emptied r_tau: the CPU's fallback, the target row tau
+            bonus = detail::sample<kThreads, kItems>(Row{target + static_cast<size_t>(tau) * vocab}, vocab, u, s);
     } else {
         bonus = detail::sample<kThreads, kItems>(Row{target + static_cast<size_t>(D) * vocab}, vocab, u, s);
     }

@@ -112,7 +112,7 @@ Status verifyGreedy(const int64_t* tokens, const int32_t* parents, const void* l
                     const int32_t* numNodes, int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth,
                     int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken, cudaStream_t stream) {
     if (batch < 0 || batch > kMaxBatch || nodes < 1 || nodes > kMaxNodes || vocab < 1 || vocab > INT32_MAX ||
-        maxDepth < 0 || maxDepth > kMaxNodes)
+        maxDepth < 0 || maxDepth >= kMaxNodes)
         return Status::kInvalidArgument;
     if (batch == 0) return Status::kSuccess;
     if (!tokens || !parents || !logits || !acceptedLen || !acceptedNodes || !bonusToken) return Status::kInvalidArgument;

@@ -8,9 +8,11 @@
 //
 // Invalid request (num_nodes[b] outside [1, N], parents not topological / out of range, a token of
 // nodes 1..n-1 outside [0, V), or an accepted path longer than max_depth + 1 nodes):
-// accepted_len[b] = 0, accepted_nodes[b, :] = -1 and bonus_token[b] = -1. When the distribution
-// the bonus is drawn from has no positive entry (impossible for valid probabilities), the bonus
-// is -1 and the accepted path is kept.
+// accepted_len[b] = 0, accepted_nodes[b, :] = -1 and bonus_token[b] = -1. The CPU launcher
+// rejects a tree deeper than max_depth; this kernel only flags a request whose accepted path does
+// not fit. If rounding empties the residual the bonus is drawn from the last accepted node's
+// target row (as on the CPU); if that row has no positive entry either (invalid probabilities),
+// the bonus is -1 and the accepted path is kept.
 #include "cuda_common.cuh"
 #include "cuda_seed_on_device.h"
 
@@ -64,7 +66,9 @@ __global__ void __launch_bounds__(kThreads)
                 if (child == INT32_MAX) break;
                 const int32_t x = static_cast<int32_t>(tok[child]);
                 const double r = uniform(seed, offset, static_cast<uint64_t>(b), k++);
-                if (__dmul_rn(r, static_cast<double>(q[x])) < static_cast<double>(p[x])) {
+                const bool accept = __dmul_rn(r, static_cast<double>(q[x])) < static_cast<double>(p[x]);
+                __syncthreads();  // every thread has read p[x], q[x] before any thread rewrites them
+                if (accept) {
                     if (len + 1 >= L) {
                         valid = false;
                         break;
@@ -108,6 +112,9 @@ __global__ void __launch_bounds__(kThreads)
         if (valid) {
             const double r = uniform(seed, offset, static_cast<uint64_t>(b), k);
             bonus = detail::sample<kThreads, kItems>([p](int32_t v) { return p[v]; }, vocab, r, s);
+            const float* last = row(targetProbs, u);
+            if (bonus < 0 && p != last)  // rounding emptied the residual: the CPU's fallback
+                bonus = detail::sample<kThreads, kItems>([last](int32_t v) { return last[v]; }, vocab, r, s);
         }
     }
     __syncthreads();  // order thread 0's path writes before the fills below
@@ -141,7 +148,7 @@ Status launch(const int64_t* tokens, const int32_t* parents, const float* target
               int32_t* acceptedNodes, int64_t* bonusToken, void* workspace, size_t workspaceBytes,
               cudaStream_t stream) {
     if (batch < 0 || batch > kMaxBatch || nodes < 1 || nodes > kMaxNodes || vocab < 1 || vocab > INT32_MAX ||
-        maxDepth < 0 || maxDepth > kMaxNodes)
+        maxDepth < 0 || maxDepth >= kMaxNodes)
         return Status::kInvalidArgument;
     if (batch == 0) return Status::kSuccess;
     if (!tokens || !parents || !targetProbs || !draftProbs || !acceptedLen || !acceptedNodes || !bonusToken ||

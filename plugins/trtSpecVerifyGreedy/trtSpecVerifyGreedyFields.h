@@ -19,7 +19,7 @@ struct TrtSpecVerifyGreedyFields {
     enum Attribute : int32_t { kAttrMaxDepth = 0 };
     static constexpr IoSpec kInputs[4] = {IoSpec{"tokens", kIoInt64}, IoSpec{"parents", kIoInt32}, IoSpec{"target_logits", kIoFloat32 | kIoFloat16 | kIoBFloat16}, IoSpec{"num_nodes", kIoInt32}};
     static constexpr IoSpec kOutputs[3] = {IoSpec{"accepted_len", kIoInt32}, IoSpec{"accepted_nodes", kIoInt32}, IoSpec{"bonus_token", kIoInt64}};
-    static constexpr AttributeSpec kAttributes[1] = {AttributeSpec{"max_depth", -1, -1, 4096}};
+    static constexpr AttributeSpec kAttributes[1] = {AttributeSpec{"max_depth", -1, -1, 4095}};
 };
 
 }  // namespace plugin

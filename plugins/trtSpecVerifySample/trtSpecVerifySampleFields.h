@@ -19,7 +19,7 @@ struct TrtSpecVerifySampleFields {
     enum Attribute : int32_t { kAttrMaxDepth = 0, kAttrSiblingsWithoutReplacement = 1 };
     static constexpr IoSpec kInputs[6] = {IoSpec{"tokens", kIoInt64}, IoSpec{"parents", kIoInt32}, IoSpec{"target_probs", kIoFloat32}, IoSpec{"draft_probs", kIoFloat32}, IoSpec{"seed_offset", kIoInt64}, IoSpec{"num_nodes", kIoInt32}};
     static constexpr IoSpec kOutputs[3] = {IoSpec{"accepted_len", kIoInt32}, IoSpec{"accepted_nodes", kIoInt32}, IoSpec{"bonus_token", kIoInt64}};
-    static constexpr AttributeSpec kAttributes[2] = {AttributeSpec{"max_depth", -1, -1, 4096}, AttributeSpec{"siblings_without_replacement", 0, 0, 1}};
+    static constexpr AttributeSpec kAttributes[2] = {AttributeSpec{"max_depth", -1, -1, 4095}, AttributeSpec{"siblings_without_replacement", 0, 0, 1}};
 };
 
 }  // namespace plugin
