@@ -75,3 +75,23 @@ def test_recipes_list_show_match():
     found = json.loads(r.output)
     assert found and found[0]["stored"].startswith("llama-3.3-70b__h200")  # dense GQA G=8, similar size
     assert found[0]["derived"]["model"] == "qwen3-32b"
+
+
+def test_per_drafter_acceptance_and_max_batch_from_batches(tmp_path):
+    r = run("plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--drafter", "eagle3,ngram",
+            "--acceptance", "eagle3=prior:llama3.1-8b-eagle3", "--acceptance", "ngram=rates=0.4",
+            "--batch", "1,64", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert set(doc["acceptance"]) == {"eagle3", "ngram"} and doc["max_batch_size"] == 64
+    assert doc["acceptance"]["ngram"]["rates"] == [0.4]
+
+
+def test_plan_accepts_a_hf_model_directory(tmp_path):
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 16,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = run("plan", "--model", str(tmp_path), "--gpu", "l40s", "--drafter", "ngram", "--acceptance", "al=1.8@4",
+            "--batch", "1", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["model"] == tmp_path.name

@@ -80,11 +80,13 @@ def save_plot(plan_obj, recipe, path):
                                                "lets the planner choose per batch (guideline 5).")
 @click.option("--draft-model", default=None, help="Draft model (name|dir) for --drafter draft_model.")
 @click.option("--draft-quant", default=None, help="Quantization of the drafter's weights (default: --quant).")
-@click.option("--acceptance", default=None, help="FILE | prior:NAME | rates=0.8,0.7,... | al=A@D (default: the "
-                                                 "prior that lists this model and drafter; none -> error).")
+@click.option("--acceptance", multiple=True, help="FILE | prior:NAME | rates=0.8,0.7,... | al=A@D, for all drafters "
+              "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter; "
+              "none -> error).")
 @click.option("--batch", "batch", default=None, help="Comma-separated batch sizes (default 1,2,4,... up to "
                                                      "--max-batch-size).")
-@click.option("--max-batch-size", type=int, default=256, show_default=True)
+@click.option("--max-batch-size", type=int, default=None,
+              help="Largest batch the engine will run [default: 256, or the largest --batch].")
 @click.option("--context", type=int, default=_DEF["context"], show_default=True, help="KV-cache length in tokens.")
 @click.option("--max-draft-len", type=int, default=_DEF["max_draft_len"], show_default=True, help="Largest D searched.")
 @click.option("--draft-len", type=int, default=None, help="Evaluate this fixed D instead of optimizing (what-if).")
@@ -103,9 +105,29 @@ def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, b
     from trtspec.recipes.errors import RecipeError
     from trtspec.recipes.optimizer import plan as run_plan
 
+    from trtspec.recipes.drafters import DRAFTERS
+
+    per_drafter, common = {}, None
+    for item in acceptance:
+        head, sep, rest = item.partition("=")
+        if sep and head in DRAFTERS:
+            per_drafter[head] = rest
+        elif common is None:
+            common = item
+        else:
+            raise click.BadParameter("give one --acceptance for all drafters, or DRAFTER=SPEC per drafter",
+                                     param_hint="--acceptance")
+    if per_drafter:
+        names = [d.strip() for d in drafter.split(",")]
+        acceptance = {n: per_drafter.get(n, common) for n in names}
+    else:
+        acceptance = common
+    batches = _batches(batch)
+    if max_batch_size is None:
+        max_batch_size = max(batches) if batches else 256
     try:
         req = build_request(model=model, gpu=gpu, drafters=drafter, acceptance=acceptance, tp=tp, quant=quant,
-                            batches=_batches(batch), context=context, max_draft_len=max_draft_len,
+                            batches=batches, context=context, max_draft_len=max_draft_len,
                             objective=objective, draft_len=draft_len, calibration=calibration,
                             draft_model=draft_model, max_batch_size=max_batch_size, draft_quant=draft_quant)
         result = run_plan(req)
