@@ -7,9 +7,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 VOCAB = 256
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """Tiny models run fastest on one thread (and do not fight the other jobs on a shared machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def byte_tokenizer(vocab: int = VOCAB):
@@ -75,9 +85,14 @@ def make_model(path: Path, *, arch: str = "llama", seed: int = 0, vocab: int = V
 
 
 def make_eagle3(path: Path, target_dir: Path, *, seed: int = 0, aux_ids=(0, 1), draft_vocab: int = 200,
-                init: float = 0.05) -> Path:
-    """A random EAGLE-3 head in NVIDIA Model-Optimizer's export layout (``config.json`` + ``model.safetensors``)."""
-    from safetensors.torch import save_file
+                init: float = 0.05, echo: bool = False) -> Path:
+    """A random EAGLE-3 head in NVIDIA Model-Optimizer's export layout (``config.json`` + ``model.safetensors``).
+
+    ``echo=True`` builds a head that proposes the target's own last prediction again at every depth
+    (``fc`` picks the last captured layer, attention and MLP outputs are zero, ``norm``/``lm_head`` are
+    the target's), so it is accepted whenever the target repeats a token: useful acceptance.
+    """
+    from safetensors.torch import load_file, save_file
 
     t = json.loads((Path(target_dir) / "config.json").read_text())
     E, H, Hkv = t["hidden_size"], t["num_attention_heads"], t["num_key_value_heads"]
@@ -105,6 +120,14 @@ def make_eagle3(path: Path, target_dir: Path, *, seed: int = 0, aux_ids=(0, 1), 
         "norm.weight": norm(),
         "lm_head.weight": w(draft_vocab, E),
     }
+    if echo:
+        tw = load_file(str(Path(target_dir) / "model.safetensors"))
+        draft_vocab = V
+        sd["fc.weight"] = torch.cat([torch.zeros(E, (len(aux_ids) - 1) * E), torch.eye(E)], 1).contiguous()
+        sd["layers.0.self_attn.o_proj.weight"] = torch.zeros(E, H * d)
+        sd["layers.0.mlp.down_proj.weight"] = torch.zeros(E, inter)
+        sd["norm.weight"] = tw["model.norm.weight"]
+        sd["lm_head.weight"] = tw.get("lm_head.weight", tw["model.embed_tokens.weight"]).clone()
     if draft_vocab < V:
         keep = torch.sort(torch.randperm(V, generator=g)[:draft_vocab]).values
         sd["d2t"] = (keep - torch.arange(draft_vocab)).to(torch.int64)   # target id = draft id + d2t[draft id]
