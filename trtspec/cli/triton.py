@@ -21,9 +21,11 @@ _DEFAULTS = ModelSettings(bundle=Path("."))
               help="Largest sampling_param_max_tokens accepted [default: min(1024, context/2)].")
 @click.option("--max-active", type=click.IntRange(min=1), default=_DEFAULTS.max_active, show_default=True,
               help="Requests the trtspec runtime decodes together (continuous batching).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=_DEFAULTS.device, show_default=True,
+              help="Where the trtspec runtime runs (auto: cuda when torch sees a GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def triton(ctx, bundle, out, model_name, backend, max_tokens_limit, max_active, as_json):
+def triton(ctx, bundle, out, model_name, backend, max_tokens_limit, max_active, device, as_json):
     """Write a Triton model repository (Python backend, decoupled) serving a trtspec bundle.
 
     The model's tensors are named like TensorRT-LLM's LLM-API Triton model (text_input,
@@ -40,7 +42,7 @@ def triton(ctx, bundle, out, model_name, backend, max_tokens_limit, max_active, 
     from trtspec.triton.repository import default_settings, write_repository
 
     try:
-        settings = replace(default_settings(bundle), backend=backend, max_active=max_active)
+        settings = replace(default_settings(bundle), backend=backend, max_active=max_active, device=device)
         if max_tokens_limit is not None:
             settings = replace(settings, max_tokens_limit=max_tokens_limit,
                                default_max_tokens=min(settings.default_max_tokens, max_tokens_limit))

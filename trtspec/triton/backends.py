@@ -62,8 +62,15 @@ class ReferenceBackend:
 
     name = "trtspec"
 
-    def __init__(self, bundle: BundleLayout, settings: ModelSettings, *, device: str = "cpu") -> None:
+    def __init__(self, bundle: BundleLayout, settings: ModelSettings) -> None:
+        import torch
+
         from trtspec.runtime import load_pipeline
+
+        device = settings.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
 
         kwargs = dict(drafter=bundle.drafter, draft_len=bundle.draft_len, device=device)
         if bundle.draft_len_schedule:
@@ -261,7 +268,11 @@ class TrtllmBackend:
 def load_backend(bundle: BundleLayout, settings: ModelSettings):
     """The backend :func:`choose_backend` picks, and the reason; logs the choice."""
     name, reason = choose_backend(settings)
-    log.info("trtspec Triton model: serving %s with %s (%s)", bundle.root, name, reason)
     if name == "tensorrt_llm":
+        log.info("trtspec Triton model: serving %s with tensorrt_llm (%s)", bundle.root, reason)
         return TrtllmBackend(bundle, settings), reason
-    return ReferenceBackend(bundle, settings), reason
+    backend = ReferenceBackend(bundle, settings)
+    log.info("trtspec Triton model: serving %s with trtspec (%s) on %s, drafter %s, draft_len %d%s",
+             bundle.root, reason, backend.device, bundle.drafter, bundle.draft_len,
+             f", schedule {bundle.draft_len_schedule}" if bundle.draft_len_schedule else "")
+    return backend, reason

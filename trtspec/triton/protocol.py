@@ -63,6 +63,8 @@ class ModelSettings:
         max_prompt_tokens: longest prompt accepted, in tokens. Default 2048.
         max_prompt_bytes: longest prompt accepted before tokenizing, in UTF-8 bytes. Default 65536.
         max_active: requests the trtspec engine decodes together (continuous batching). Default 64.
+        device: where the trtspec runtime runs: ``auto`` (``cuda`` when torch sees a GPU, else ``cpu``),
+            ``cpu`` or ``cuda``. Default ``auto``.
     """
 
     bundle: Path
@@ -72,9 +74,12 @@ class ModelSettings:
     max_prompt_tokens: int = 2048
     max_prompt_bytes: int = 65536
     max_active: int = 64
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bundle", Path(self.bundle))
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device: expected auto, cpu or cuda, got {self.device!r}")
         if self.backend not in ("auto", "tensorrt_llm", "trtspec"):
             raise ValueError(f"backend: expected auto, tensorrt_llm or trtspec, got {self.backend!r}")
         for name in ("default_max_tokens", "max_tokens_limit", "max_prompt_tokens", "max_prompt_bytes", "max_active"):
@@ -89,7 +94,7 @@ class ModelSettings:
         return {"bundle": bundle if bundle is not None else str(self.bundle), "backend": self.backend,
                 "default_max_tokens": self.default_max_tokens, "max_tokens_limit": self.max_tokens_limit,
                 "max_prompt_tokens": self.max_prompt_tokens, "max_prompt_bytes": self.max_prompt_bytes,
-                "max_active": self.max_active}
+                "max_active": self.max_active, "device": self.device}
 
     @classmethod
     def load(cls, path: Path) -> "ModelSettings":
