@@ -187,3 +187,11 @@ def test_latency_objective_takes_any_gain():
 def test_draft_model_needs_its_architecture():
     with pytest.raises(RecipeError, match="--draft-model"):
         build_request(model="llama-3.1-70b", gpu="h200", drafters="draft_model", acceptance="rates=0.8")
+
+
+def test_per_category_rates():
+    req = build_request(model="llama-3.1-8b", gpu="h100", drafters="eagle3", batches=[1], category="coding")
+    prof = req.acceptance["eagle3"]
+    assert prof.rates == (0.7389,) and "category coding" in prof.source
+    with pytest.raises(AcceptanceError, match="no rates for category 'poetry'"):
+        build_request(model="llama-3.1-8b", gpu="h100", drafters="eagle3", batches=[1], category="poetry")

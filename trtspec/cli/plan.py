@@ -83,6 +83,7 @@ def save_plot(plan_obj, recipe, path):
 @click.option("--acceptance", multiple=True, help="FILE | prior:NAME | rates=0.8,0.7,... | al=A@D, for all drafters "
               "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter; "
               "none -> error).")
+@click.option("--category", default=None, help="Use the acceptance profile's per-category rates (e.g. coding, math).")
 @click.option("--batch", "batch", default=None, help="Comma-separated batch sizes (default 1,2,4,... up to "
                                                      "--max-batch-size).")
 @click.option("--max-batch-size", type=int, default=None,
@@ -96,7 +97,7 @@ def save_plot(plan_obj, recipe, path):
 @click.option("--json", "as_json", is_flag=True, help="Print the recipe as JSON.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG: speedup vs D per batch.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the recipe YAML here.")
-def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, batch, max_batch_size, context,
+def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, category, batch, max_batch_size, context,
          max_draft_len, draft_len, objective, calibration, as_json, plot, out):
     """Predict, per batch size, the draft length D (and tree) that maximizes throughput, and why."""
     from pathlib import Path
@@ -129,7 +130,8 @@ def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, b
         req = build_request(model=model, gpu=gpu, drafters=drafter, acceptance=acceptance, tp=tp, quant=quant,
                             batches=batches, context=context, max_draft_len=max_draft_len,
                             objective=objective, draft_len=draft_len, calibration=calibration,
-                            draft_model=draft_model, max_batch_size=max_batch_size, draft_quant=draft_quant)
+                            draft_model=draft_model, max_batch_size=max_batch_size, draft_quant=draft_quant,
+                            category=category)
         result = run_plan(req)
     except RecipeError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -90,6 +90,16 @@ class AcceptanceProfile:
             out.append(total)
         return out
 
+    def for_category(self, category: str) -> "AcceptanceProfile":
+        """The profile of one workload category (``per_category[category]["rates"]``); raises if absent."""
+        entry = self.per_category.get(category)
+        if not isinstance(entry, dict) or not entry.get("rates"):
+            raise AcceptanceError(f"acceptance {self.name or self.source!r} has no rates for category {category!r}; "
+                                  f"categories: {', '.join(sorted(self.per_category)) or '(none)'}")
+        return AcceptanceProfile(rates=tuple(float(a) for a in entry["rates"]), drafter=self.drafter,
+                                 source=f"{self.source} [category {category}]", rank_weights=self.rank_weights,
+                                 name=f"{self.name}[{category}]")
+
     def to_dict(self) -> dict:
         d = {"rates": [round(float(a), 6) for a in self.rates], "source": self.source}
         if self.name:

@@ -36,20 +36,22 @@ def buckets_up_to(max_batch_size: int) -> tuple:
     return tuple(out)
 
 
-def resolve_acceptance(drafter: str, arch: Architecture, acceptance) -> AcceptanceProfile:
+def resolve_acceptance(drafter: str, arch: Architecture, acceptance, category: str | None = None) -> AcceptanceProfile:
+    """The given source, else the prior naming (drafter, model); ``category`` selects per-category rates."""
     if acceptance is not None:
-        return parse_acceptance(acceptance)
-    prior = default_prior(drafter, arch.name)
-    if prior is None:
-        raise AcceptanceError(
-            f"no acceptance source for drafter {drafter!r} on model {arch.name!r}: pass --acceptance "
-            "FILE (from `trtspec bench`), prior:NAME, rates=a1,a2,... or al=A@D")
-    return prior
+        profile = parse_acceptance(acceptance)
+    else:
+        profile = default_prior(drafter, arch.name)
+        if profile is None:
+            raise AcceptanceError(
+                f"no acceptance source for drafter {drafter!r} on model {arch.name!r}: pass --acceptance "
+                "FILE (from `trtspec bench`), prior:NAME, rates=a1,a2,... or al=A@D")
+    return profile.for_category(category) if category else profile
 
 
 def build_request(*, model, gpu, drafters, acceptance=None, tp=1, quant="none", batches=None, context=4096,
                   max_draft_len=16, objective="throughput", draft_len=None, calibration=None, draft_model=None,
-                  max_batch_size=256, draft_quant=None) -> PlanRequest:
+                  max_batch_size=256, draft_quant=None, category=None) -> PlanRequest:
     """Resolve names/paths into a validated ``PlanRequest``. ``drafters``: a name, comma list or list of names;
     ``acceptance``: one spec for all drafters, or a dict drafter -> spec."""
     arch = load_architecture(model)
@@ -62,7 +64,7 @@ def build_request(*, model, gpu, drafters, acceptance=None, tp=1, quant="none", 
         draft_arch = load_architecture(draft_model) if n == "draft_model" and draft_model else None
         specs.append(DrafterSpec(n, draft_arch=draft_arch, quant=draft_quant))
         src = acceptance.get(n) if isinstance(acceptance, dict) else acceptance
-        profiles[n] = resolve_acceptance(n, arch, src)
+        profiles[n] = resolve_acceptance(n, arch, src, category)
     cal = load_cost_table(calibration) if calibration else None
     return PlanRequest(model=arch, gpu=load_gpu(gpu), drafters=tuple(specs), acceptance=profiles, tp=int(tp),
                        quant=quant, batches=tuple(batches) if batches else buckets_up_to(max_batch_size),
