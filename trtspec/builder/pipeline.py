@@ -191,7 +191,9 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
             recipe = recipe_resolver(opts.recipe, **_recipe_kwargs(opts))
             state["recipe"] = recipe
             if int(recipe.max_draft_len) < 1:
-                raise ValueError(f"--recipe {opts.recipe}: max_draft_len {recipe.max_draft_len} < 1")
+                raise ValueError(f"--recipe {opts.recipe}: speculation pays at no batch size for this model, GPU and "
+                                 f"acceptance (max_draft_len {recipe.max_draft_len}); nothing to deploy with "
+                                 f"--drafter {opts.drafter}")
             return _describe_recipe(recipe)
 
         st.run("recipe", s_recipe)
