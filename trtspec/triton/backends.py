@@ -108,11 +108,12 @@ class ReferenceBackend:
         prompt_ids = self.encode(request.prompt)
         if not prompt_ids:
             raise RequestError("text_input: the prompt encodes to no tokens")
-        if len(prompt_ids) > self.settings.max_prompt_tokens or \
-                len(prompt_ids) + request.max_tokens > self.engine.max_seq_len:
+        if len(prompt_ids) > self.settings.max_prompt_tokens:
             raise RequestError(f"text_input: prompt of {len(prompt_ids)} tokens exceeds the limit of "
-                               f"{self.settings.max_prompt_tokens} tokens (or with {request.max_tokens} new tokens "
-                               f"the context of {self.engine.max_seq_len})")
+                               f"{self.settings.max_prompt_tokens} tokens")
+        if len(prompt_ids) + request.max_tokens > self.engine.max_seq_len:
+            raise RequestError(f"sampling_param_max_tokens: {request.max_tokens} new tokens after a prompt of "
+                               f"{len(prompt_ids)} tokens exceed the context of {self.engine.max_seq_len} tokens")
         rid = f"r{next(self._ids)}"
         with self._cond:
             if self._stopping:
