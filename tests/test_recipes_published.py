@@ -33,7 +33,7 @@ def test_deepseek_r1_mtp_8xb200_batch1_three_drafts_best():
     Acceptance: prior deepseek-r1-mtp (DeepSeek-V3 report a_1 = 85-90%; later positions from an independent MTP
     measurement). The chosen D must be exactly 3. Speedup tolerance 25%: the model leaves out part of the fixed
     per-layer cost of MLA+MoE layers at TP8 (many small kernels), which makes the extra experts that verification
-    loads look dearer than they are, so it under-predicts (1.7-1.8x); the tolerance covers that known bias plus the
+    loads look dearer than they are, so it under-predicts (about 1.8x); the tolerance covers that known bias plus the
     +-2.5% spread of the published a_1."""
     row = _row(model="deepseek-r1", gpu="b200", tp=8, quant="fp4:attn=bf16", drafters="mtp", draft_quant="none",
                acceptance="prior:deepseek-r1-mtp", batches=[1], context=1536, max_draft_len=7)

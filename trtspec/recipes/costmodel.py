@@ -18,8 +18,9 @@ processes ``batch`` requests with ``tokens`` new tokens each (1 for plain decode
   experts' weights are loaded; each expert's grouped GEMM rounds its rows up to the tile once compute-bound.
 * **Tensor parallel**: one all-reduce of the step's activations after each mixer and each feed-forward:
   ``latency + 2*(tp-1)/tp * bytes / link_bandwidth``.
-* **Fixed costs**: ``gpu.layer_overhead`` per layer (launch gaps under CUDA graphs) and ``gpu.step_overhead`` per
-  forward (scheduling, sampling, host sync); see the GPU file for the justification of each figure.
+* **Fixed costs**: ``gpu.layer_overhead`` per Llama-style layer (launch gaps under CUDA graphs; other block kinds
+  scale by their kernel count, ``KERNEL_WEIGHT``) and ``gpu.step_overhead`` per forward (scheduling, sampling, host
+  sync); see the GPU file for the justification of each figure.
 
 Guideline 4 (low-latency end) follows: at batch 1 both the target and a deep draft are dominated by per-layer work,
 so speedup ~ AL / (1 + rho*D) with rho ~ draft depth / target depth.
@@ -41,6 +42,12 @@ QUANTS = {
     "int4_awq": (0.5156, 2.0, "bf16"), "w4a8_awq": (0.5156, 1.0, "fp8"),
 }
 ACT_BYTES = 2.0      # activations travel in bf16
+# Fixed per-layer cost relative to a Llama-style layer (~9 kernels: norm, qkv, rope, attention, o, all-reduce+norm,
+# gate/up, act, down), by kernel count of each half: MLA absorbed decode ~9 kernels (q_a/q_b/kv_a, norms, absorb bmm x2,
+# attention, o), MoE ~9 (router, top-k, permute, 2 grouped GEMMs, act, finalize, shared expert), Mamba-2 ~6,
+# gated DeltaNet ~7, a plain MLP ~4-5.
+KERNEL_WEIGHT = {"attention": 0.5, "sliding": 0.5, "mla": 1.0, "linear": 0.8, "mamba2": 0.7, "dense": 0.5, "moe": 1.0,
+                 None: 0.0}
 STATE_BYTES = 4.0    # recurrent (linear attention / SSM) states are kept in fp32
 
 
@@ -181,7 +188,7 @@ def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: 
                context: int) -> StepCost:
     """One decoder layer of kind ``block``."""
     m = batch * tokens
-    c = StepCost(overhead=gpu.layer_overhead)
+    c = StepCost(overhead=gpu.layer_overhead * (KERNEL_WEIGHT[block.mixer] + KERNEL_WEIGHT[block.ffn]))
     if block.mixer:
         c.linear += gemm_time(arch.mixer_params(block.mixer) / tp, m, gpu, prec, arch.hidden, prec.mixer_weight_bytes)
         if block.mixer in ("linear", "mamba2"):
