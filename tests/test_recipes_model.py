@@ -139,3 +139,21 @@ def test_tp_adds_allreduce_and_splits_weights():
     four = forward_cost(arch, gpu, prec, tp=4, batch=1)
     assert one.comm == 0 and four.comm > 80 * 2 * gpu.allreduce_latency * 0.99
     assert four.linear == pytest.approx(one.linear / 4, rel=0.02)
+
+
+def test_drafter_cost_shapes():
+    target, gpu, prec = load_architecture("llama-3.1-8b"), load_gpu("h100"), Precision.of("none")
+    cost = lambda kind, d: DrafterSpec(kind).step_time(target, gpu, prec, tp=1, batch=1, draft_len=d,  # noqa: E731
+                                                       context=1024).total
+    assert cost("eagle3", 8) == pytest.approx(8 * cost("eagle3", 1))  # serial: linear in D
+    assert cost("dflash", 8) < 1.5 * cost("dflash", 1)  # one parallel pass over the block
+    assert cost("dflash", 1) < cost("dspark", 8) < cost("dflash", 8) + 8 * cost("eagle3", 1)
+    assert cost("ngram", 16) < 0.05 * cost("eagle3", 1) and cost("sa", 0) == 0.0
+
+
+def test_mtp_needs_mtp_layers():
+    from trtspec.recipes.api import build_request
+    from trtspec.recipes.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="has no MTP layers"):
+        build_request(model="llama-3.1-8b", gpu="h100", drafters="mtp", acceptance="rates=0.8")

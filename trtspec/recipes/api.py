@@ -61,6 +61,9 @@ def build_request(*, model, gpu, drafters, acceptance=None, tp=1, quant="none", 
             raise RecipeError(f"unknown --drafter {n!r}; expected one of {', '.join(DRAFTERS)}")
     specs, profiles = [], {}
     for n in names:
+        if n == "mtp" and arch.mtp_layers == 0:
+            raise RecipeError(f"--drafter mtp: model {arch.name!r} has no MTP layers (config num_nextn_predict_layers / "
+                              "mtp_num_hidden_layers); use eagle3, draft_model, dflash or ngram")
         draft_arch = load_architecture(draft_model) if n == "draft_model" and draft_model else None
         specs.append(DrafterSpec(n, draft_arch=draft_arch, quant=draft_quant))
         src = acceptance.get(n) if isinstance(acceptance, dict) else acceptance

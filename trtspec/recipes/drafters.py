@@ -7,7 +7,8 @@
 * ``mtp`` -- the target's own MTP layer (one full decoder layer of the target, MoE included, + ``eh_proj`` 2h x h +
   the shared LM head), reused serially D times (TensorRT-LLM's "MTP layers in autoregressive style").
 * ``dflash`` -- a ~5-layer block-diffusion draft of the target's width: one parallel pass over the D-token block.
-* ``dspark`` -- the dflash pass plus a light serial Markov head (2h x h + LM head) applied D times.
+* ``dspark`` -- the dflash pass plus a light serial Markov head (2h x h + an LM head over the draft vocabulary)
+  applied D times.
 * ``ngram`` / ``sa`` -- no model: n-gram / suffix-automaton lookup, a small fixed cost (assumed 15 us + 0.5 us per
   draft token; host-side in TensorRT-LLM, overlapped in part).
 """
@@ -30,7 +31,7 @@ LOOKUP_PER_TOKEN = 0.5e-6   # s per proposed token
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    """``kind`` in ``DRAFTERS``; ``draft_arch`` only for draft_model; ``draft_vocab`` for eagle3 (default 32000);
+    """``kind`` in ``DRAFTERS``; ``draft_arch`` only for draft_model; ``draft_vocab`` for eagle3/dspark heads (32000);
     ``dflash_layers`` for dflash/dspark (default 5)."""
 
     kind: str
@@ -97,7 +98,7 @@ class DrafterSpec:
         if self.kind == "dspark":
             head = StepCost(overhead=SAMPLE_OVERHEAD + gpu.layer_overhead)
             head.linear += _gemm(2 * h * h / tp, batch, gpu, prec, h)
-            head.lm_head += _gemm(target.vocab * h / tp, batch, gpu, prec, h)
+            head.lm_head += _gemm(self.draft_vocab * h / tp, batch, gpu, prec, h)
             cost.add(head, draft_len)
         return cost
 
@@ -116,7 +117,7 @@ class DrafterSpec:
             blk = self._target_layer(target)
             experts = target.moe.num_experts * target.expert_params if target.moe else 0
             return (target.mixer_params(blk.mixer) + target.ffn_params(blk.ffn) + experts + 2 * h * h) * prec.weight_bytes / tp
-        extra = (2 * h * h + target.vocab * h) if self.kind == "dspark" else 0
+        extra = (2 * h * h + self.draft_vocab * h) if self.kind == "dspark" else 0
         return (self.dflash_layers * layer + extra) * prec.weight_bytes / tp
 
 
