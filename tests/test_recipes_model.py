@@ -148,7 +148,7 @@ def test_drafter_cost_shapes():
     assert cost("eagle3", 8) == pytest.approx(8 * cost("eagle3", 1))  # serial: linear in D
     assert cost("dflash", 8) < 1.5 * cost("dflash", 1)  # one parallel pass over the block
     assert cost("dflash", 1) < cost("dspark", 8) < cost("dflash", 8) + 8 * cost("eagle3", 1)
-    assert cost("ngram", 16) < 0.05 * cost("eagle3", 1) and cost("sa", 0) == 0.0
+    assert cost("ngram", 16) < 0.1 * cost("eagle3", 1) and cost("sa", 0) == 0.0  # lookup: ~15 us + 0.5 us/token
 
 
 def test_mtp_needs_mtp_layers():
