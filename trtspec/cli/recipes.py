@@ -80,7 +80,7 @@ def match_cmd(model, gpu, top, as_json):
         if gpu:
             gpu = load_gpu(gpu).name
         sig = signature(arch)
-        found = match(sig, gpu, top)
+        found = match(sig, gpu, top, has_mtp=arch.mtp_layers > 0)
         if not found:
             raise click.ClickException(f"no stored recipes{' for gpu ' + gpu if gpu else ''}")
         results = []

@@ -38,11 +38,14 @@ def signature_distance(a: dict, b: dict) -> float:
     return d
 
 
-def match(sig: dict, gpu: str | None = None, top: int = 3) -> list[tuple]:
-    """[(distance, Recipe)] of the ``top`` closest stored recipes (optionally on ``gpu`` only)."""
+def match(sig: dict, gpu: str | None = None, top: int = 3, *, has_mtp: bool = True) -> list[tuple]:
+    """[(distance, Recipe)] of the ``top`` closest stored recipes (optionally on ``gpu`` only; recipes whose drafter
+    is ``mtp`` only when the new model has MTP layers, ``has_mtp``)."""
     out = []
     for r in list_recipes():
         if gpu and r.gpu != gpu:
+            continue
+        if not has_mtp and "mtp" in r.drafter.split(","):
             continue
         out.append((signature_distance(sig, r.signature), r))
     out.sort(key=lambda x: (x[0], x[1].name))
