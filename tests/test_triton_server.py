@@ -361,3 +361,37 @@ def test_serve_exits_cleanly_on_sigint(bundle, tmp_path, greedy):
     assert _pids_mentioning(str(repo)) == [], "tritonserver or a stub process survived"
     with pytest.raises(OSError):
         urllib.request.urlopen(info["http"] + "/v2/health/live", timeout=2)
+
+
+def test_demo_pair_bundle_serves_greedy(tmp_path):
+    """The shipped demo pair, laid out as a bundle, loads in its own server and answers its greedy text."""
+    import yaml
+
+    try:
+        from trtspec.zoo import demo_paths
+
+        target, draft = demo_paths()
+    except (ImportError, FileNotFoundError) as e:
+        pytest.skip(f"demo pair not available: {e}")
+    from trtspec.runtime import load_pipeline
+    from trtspec.triton.repository import write_repository
+
+    bundle = tmp_path / "demo"
+    bundle.mkdir()
+    (bundle / "target").symlink_to(target, target_is_directory=True)
+    (bundle / "draft").symlink_to(draft, target_is_directory=True)
+    (bundle / "llm_api.yaml").write_text(yaml.safe_dump({"speculative_config": {
+        "decoding_type": "Draft_Target", "max_draft_len": 4, "speculative_model": "draft"}}))
+    prompts = ["def fibonacci(n):\n", "import os\nimport sys\n\n"]
+    want = load_pipeline(target, draft, draft_len=4).generate(prompts, max_new_tokens=32)
+    write_repository(bundle, tmp_path / "repo", "demo")
+    with TritonServer(tmp_path / "repo", install=_server_install(), log_path=tmp_path / "demo.log") as srv:
+        for prompt, g in zip(prompts, want):
+            url = f"http://{srv.http_url}/v2/models/demo/generate"
+            req = urllib.request.Request(url, data=json.dumps({
+                "text_input": prompt, "sampling_param_max_tokens": 32,
+                "sampling_param_return_perf_metrics": True}).encode(), method="POST")
+            with urllib.request.urlopen(req, timeout=120) as r:
+                out = json.loads(r.read())
+            assert out["text_output"] == g.text
+            assert out["total_draft_tokens"] == g.stats.draft_tokens and out["total_accepted_draft_tokens"] == g.stats.accepted_tokens
