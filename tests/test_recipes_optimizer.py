@@ -195,3 +195,9 @@ def test_per_category_rates():
     assert prof.rates == (0.7389,) and "category coding" in prof.source
     with pytest.raises(AcceptanceError, match="no rates for category 'poetry'"):
         build_request(model="llama-3.1-8b", gpu="h100", drafters="eagle3", batches=[1], category="poetry")
+
+
+def test_resolve_recipe_draft_model():
+    r = resolve_recipe("auto", model="llama-3.3-70b", gpu="h200", quant="fp8", drafter="draft_model",
+                       draft_model="llama-3.2-1b", acceptance="rates=0.8", max_batch_size=8)
+    assert r.max_draft_len >= 4 and r.rows[0]["drafter"] == "draft_model"

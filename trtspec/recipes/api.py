@@ -1,7 +1,7 @@
 """Entry points used by the CLI and the builder.
 
 ``resolve_recipe(spec, *, model, gpu, tp=1, quant="none", drafter, acceptance=None, max_batch_size=256,
-context=4096, calibration=None) -> Recipe``:
+context=4096, calibration=None, draft_model=None, draft_quant=None) -> Recipe``:
 
 * ``spec="auto"`` plans now (acceptance: the given source, else the prior that lists this (drafter, model) in its
   ``applies_to``; with neither it raises ``AcceptanceError`` -- it never assumes one);
@@ -109,12 +109,15 @@ def recipe_from_plan(p: Plan, *, model_label: str, max_batch_size: int, name: st
 
 
 def resolve_recipe(spec: str, *, model, gpu, tp: int = 1, quant: str = "none", drafter, acceptance=None,
-                   max_batch_size: int = 256, context: int = 4096, calibration=None) -> Recipe:
-    """See module docstring."""
+                   max_batch_size: int = 256, context: int = 4096, calibration=None, draft_model=None,
+                   draft_quant=None) -> Recipe:
+    """See module docstring. ``draft_model`` (name|dir) is needed for ``drafter="draft_model"``; ``draft_quant``
+    is the drafter weights' quantization (default: ``quant``)."""
     text = str(spec)
     if text == "auto":
         req = build_request(model=model, gpu=gpu, drafters=drafter, acceptance=acceptance, tp=tp, quant=quant,
-                            context=context, calibration=calibration, max_batch_size=max_batch_size)
+                            context=context, calibration=calibration, max_batch_size=max_batch_size,
+                            draft_model=draft_model, draft_quant=draft_quant)
         label = req.model.name if not Path(str(model)).exists() else Path(str(model)).name
         return recipe_from_plan(plan(req), model_label=label, max_batch_size=max_batch_size)
     if text.endswith((".yaml", ".yml")) and Path(text).is_file():
