@@ -208,3 +208,26 @@ def test_dry_run_plans_without_writing(tmp_path, pair):
                                      "modelopt_config": "FP8_DEFAULT_CFG", "cache": "miss"}]
     assert res.plan["recipe"]["draft_len_schedule"] == {4: 4, 16: 3, 48: 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_mtp_target_is_bundled_whole_and_quantizing_it_is_refused(tmp_path, pair):
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    from trtspec.builder.validate import BuildInputError
+
+    target, _ = pair
+    mtp = tmp_path / "mtp_target"
+    shutil.copytree(target, mtp)
+    cfg = json.loads((mtp / "config.json").read_text())
+    cfg["num_nextn_predict_layers"] = 1
+    (mtp / "config.json").write_text(json.dumps(cfg))
+    save_file({"model.layers.2.eh_proj.weight": torch.zeros(128, 256)}, str(mtp / "mtp.safetensors"))
+    with pytest.raises(BuildInputError, match="drops the MTP layers"):
+        run(tmp_path, mtp, drafter="mtp", quant="fp8")
+    res = run(tmp_path, mtp, drafter="mtp", quant="none")
+    assert "model.layers.2.eh_proj.weight" in tensors(res.out / "target")
+    spec = validate_llm_api_yaml(res.out / "llm_api.yaml").speculative_config
+    assert spec.decoding_type == "MTP" and spec.speculative_model is None

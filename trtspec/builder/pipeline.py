@@ -126,8 +126,13 @@ class _Stages:
         return summary
 
 
+#: formats the planner has no cost entry for -> the format with the same bytes per weight / activation.
+PLANNER_QUANT = {"w4a16_nvfp4": "int4_awq", "int8_sq": "fp8"}
+
+
 def _recipe_kwargs(opts: BuildOptions) -> dict:
-    return dict(model=str(opts.target), gpu=opts.gpu, tp=opts.tp, quant=opts.quant, drafter=opts.drafter,
+    quant = PLANNER_QUANT.get(opts.quant, opts.quant)
+    return dict(model=str(opts.target), gpu=opts.gpu, tp=opts.tp, quant=quant, drafter=opts.drafter,
                 acceptance=opts.acceptance, max_batch_size=opts.max_batch_size, context=opts.max_seq_len,
                 calibration=None, draft=opts.draft, draft_quant=opts.draft_quant)
 
@@ -194,7 +199,9 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
                 raise ValueError(f"--recipe {opts.recipe}: speculation pays at no batch size for this model, GPU and "
                                  f"acceptance (max_draft_len {recipe.max_draft_len}); nothing to deploy with "
                                  f"--drafter {opts.drafter}")
-            return _describe_recipe(recipe)
+            planned = PLANNER_QUANT.get(opts.quant)
+            return _describe_recipe(recipe) + (f" (planned with {planned} costs: same bytes per weight and "
+                                               f"activation as {opts.quant})" if planned else "")
 
         st.run("recipe", s_recipe)
         recipe = state["recipe"]

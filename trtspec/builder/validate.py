@@ -302,6 +302,11 @@ def validate(opts: BuildOptions) -> ValidatedInputs:
         vi.draft_layer_ids = _check_block_draft(target, draft, opts.drafter)
     elif opts.drafter == "mtp":
         _check_mtp(target)
+        if opts.quant != "none" or opts.kv_cache_quant != "none":
+            raise BuildInputError(f"--quant {opts.quant} / --kv-cache-quant {opts.kv_cache_quant} with --drafter mtp: "
+                                  "quantizing through Hugging Face transformers drops the MTP layers (they are not "
+                                  "part of the HF model); use --quant none --kv-cache-quant none with an MTP target "
+                                  "that is already quantized")
     check_quant_dims(target, opts.quant, "--quant")
     if not any((target.path / t).is_file() for t in ("tokenizer.json", "tokenizer.model")):
         raise BuildInputError(f"--target {target.path}: no tokenizer.json or tokenizer.model (needed for "
