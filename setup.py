@@ -52,9 +52,14 @@ setup(
     long_description=open(os.path.join(ROOT, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["trtspec", "trtspec.*"]),
+    # the top-level recipe book (recipes/) ships as the package trtspec.recipebook
+    packages=find_packages(include=["trtspec", "trtspec.*"]) + ["trtspec.recipebook"],
+    package_dir={"trtspec.recipebook": "recipes"},
     include_package_data=True,
-    package_data={"trtspec": ["data/**/*", "zoo/**/*", "catalog/**/*"]},
+    package_data={
+        "trtspec": ["recipes/models/*.yaml", "bench/data/*", "zoo/**/*", "triton/**/*"],
+        "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml"],
+    },
     ext_modules=_extensions(),
     cmdclass=_cmdclass(),
     install_requires=[
