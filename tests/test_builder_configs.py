@@ -148,6 +148,7 @@ def test_max_concurrency_recipe_without_schedule(tmp_path):
 
 def test_vllm_ranges_and_validation():
     assert schedule_to_ranges({8: 2, 2: 5}) == [(1, 2, 5), (3, 8, 2)]
+    assert schedule_to_ranges({1: 4, 2: 4, 4: 3, 8: 3, 16: 0}) == [(1, 2, 4), (3, 8, 3), (9, 16, 0)]
     with pytest.raises(ValidationError, match="contiguous from 1"):
         VllmSpeculativeConfig(method="draft_model", model="./d", num_speculative_tokens=4,
                               num_speculative_tokens_per_batch_size=[(2, 4, 4)])

@@ -308,7 +308,11 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
 
             if _triton_available():
                 def s_triton(adv):
-                    return write_triton(tmp, out)
+                    summary = write_triton(tmp, out)
+                    with open(tmp / "README.md", "a") as f:
+                        f.write("- `triton/`: Triton Inference Server model repository "
+                                "(`tritonserver --model-repository=triton`)\n")
+                    return summary
 
                 st.run("triton", s_triton)
 

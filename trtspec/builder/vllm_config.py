@@ -81,9 +81,15 @@ class VllmConfig(_Strict):
 
 
 def schedule_to_ranges(schedule: dict[int, int]) -> list[tuple[int, int, int]]:
-    """``{4: 4, 8: 2, 32: 1}`` (inclusive upper bound -> k) -> ``[(1, 4, 4), (5, 8, 2), (9, 32, 1)]``."""
-    out, lo = [], 1
+    """``{4: 4, 8: 2, 32: 1}`` (inclusive upper bound -> k) -> ``[(1, 4, 4), (5, 8, 2), (9, 32, 1)]``;
+    neighbouring bounds with the same k become one range."""
+    out: list[tuple[int, int, int]] = []
+    lo = 1
     for hi in sorted(schedule):
-        out.append((lo, hi, int(schedule[hi])))
+        k = int(schedule[hi])
+        if out and out[-1][2] == k:
+            out[-1] = (out[-1][0], hi, k)
+        else:
+            out.append((lo, hi, k))
         lo = hi + 1
     return out
