@@ -159,3 +159,16 @@ def ragged_prompts(n: int, seed: int = 0, vocab: int = VOCAB, lo: int = 1, hi: i
         base = torch.randint(0, vocab, (max(1, length // 2),), generator=g).tolist()
         out.append((base * 3)[:length])
     return out
+
+
+def full_logits(model, ids: list[int]) -> torch.Tensor:
+    """float32 ``[T, V]``: the logits after every prefix of ``ids``, from an empty cache (no speculation)."""
+    from trtspec.runtime import masks
+
+    T = len(ids)
+    cache = model.new_cache(1, T + 1)
+    zero = torch.zeros(1, dtype=torch.int64)
+    positions, write_idx, mask = masks.chain_block(zero, torch.tensor([T]), T, cache.slots)
+    with torch.no_grad():
+        hidden, _ = model(torch.tensor([ids]), positions, cache, zero, write_idx, mask)
+        return model.logits(hidden)[0]

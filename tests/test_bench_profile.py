@@ -21,11 +21,13 @@ def pair(tmp_path_factory):
     return target, draft
 
 
-def test_profile_table_format_and_recipes_reader(pair, tmp_path):
+@pytest.mark.parametrize("method", ["engine", "forward"])
+def test_profile_table_format_and_recipes_reader(pair, tmp_path, method):
     from trtspec.recipes.calibration import load_cost_table as recipes_load
 
     target, draft = pair
-    cfg = ProfileConfig(batch_sizes=(1, 3), tokens=(1, 4), draft_tokens=(1,), context_len=16, warmup=1, repeats=2)
+    cfg = ProfileConfig(batch_sizes=(1, 3), tokens=(1, 4), draft_tokens=(1,), context_len=16, warmup=1, repeats=2,
+                        method=method)
     table = profile_pair(target, draft, cfg)
     path = table.save(tmp_path / "cost_table.json")
     data = json.loads(path.read_text())
@@ -34,6 +36,7 @@ def test_profile_table_format_and_recipes_reader(pair, tmp_path):
     assert set(data["draft"]) == {"1", "3"} and set(data["draft"]["3"]) == {"1"}
     assert all(s > 0 for row in data["target"].values() for s in row.values())
     assert data["device"].startswith("cpu") and data["source"] and data["context_len"] == 16
+    assert data["method"] == method
     ours, theirs = load_cost_table(path), recipes_load(path)
     assert theirs.target_time(3, 4) == pytest.approx(data["target"]["3"]["4"])
     assert theirs.draft_step_time(1, 1) == pytest.approx(data["draft"]["1"]["1"])
@@ -45,11 +48,25 @@ def test_profile_config_and_table_errors(tmp_path):
         ProfileConfig(batch_sizes=(0, 2))
     with pytest.raises(ValueError, match="dtype"):
         ProfileConfig(dtype="int8")
+    with pytest.raises(ValueError, match="method='roofline'"):
+        ProfileConfig(method="roofline")
+    with pytest.raises(ValueError, match="needs a draft model"):
+        profile_pair("unused", None, ProfileConfig())
     bad = tmp_path / "t.json"
     bad.write_text(json.dumps({"format": COST_TABLE_FORMAT, "device": "x", "source": "s",
                                "target": {"1": {"1": -1.0}}, "draft": {"1": {"1": 1.0}}}))
     with pytest.raises(ValueError, match=r"target\[1\]\['1'\] must be a positive number"):
         load_cost_table(bad)
+
+
+def test_fit_draft_cost_known_answer():
+    from trtspec.bench.profile import fit_draft_cost
+
+    assert fit_draft_cost([(1, 0.005), (2, 0.007), (4, 0.011)]) == pytest.approx((0.003, 0.002))
+    assert fit_draft_cost([(4, 0.008)]) == pytest.approx((0.0, 0.002))
+    assert fit_draft_cost([(1, 0.001), (3, 0.007)]) == pytest.approx((0.0, 0.003))  # c clipped at 0
+    with pytest.raises(ValueError, match="D >= 1"):
+        fit_draft_cost([(0, 0.1)])
 
 
 def _table(path, slope):

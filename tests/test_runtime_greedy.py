@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime_fixtures import single_thread, make_eagle3, make_model, ragged_prompts
+from runtime_fixtures import make_eagle3, make_model, ragged_prompts, single_thread  # noqa: F401
 from trtspec.runtime.drafters.draft_model import DraftModelDrafter
 from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
 from trtspec.runtime.drafters.ngram import NgramDrafter

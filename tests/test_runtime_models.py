@@ -7,20 +7,10 @@ import shutil
 import pytest
 import torch
 
-from runtime_fixtures import single_thread, make_eagle3, make_model
+from runtime_fixtures import full_logits, make_eagle3, make_model, single_thread  # noqa: F401
 from trtspec.runtime import masks
 from trtspec.runtime.config import ModelFormatError
 from trtspec.runtime.models import load_eagle3, load_model
-
-
-def full_logits(model, ids: list[int]) -> torch.Tensor:
-    """float32 ``[T, V]``: logits of every prefix of ``ids``, recomputed from an empty cache."""
-    T = len(ids)
-    cache = model.new_cache(1, T + 1)
-    zero = torch.zeros(1, dtype=torch.int64)
-    positions, write_idx, mask = masks.chain_block(zero, torch.tensor([T]), T, cache.slots)
-    hidden, _ = model(torch.tensor([ids]), positions, cache, zero, write_idx, mask)
-    return model.logits(hidden)[0]
 
 
 @pytest.mark.parametrize("arch,kw", [

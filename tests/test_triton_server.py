@@ -250,6 +250,39 @@ def test_prometheus_counters_follow_requests(server, pipeline):
     assert delta[f'trtspec_requests_total{{{label},outcome="failure"}}'] == 1
 
 
+def test_cancelled_stream_leaves_the_batch(server, pipeline):
+    """A client that cancels its stream has its request dropped from the batch (not run to the end)."""
+    import tritonclient.grpc as grpcclient
+
+    long = [p for p, g in zip(PROMPTS[:16], pipeline.generate(PROMPTS[:16], max_new_tokens=256))
+            if len(g.token_ids) == 256]
+    assert long, "no prompt runs to 256 tokens"
+    before = _counters(server)
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    inputs = []
+    for name, dtype, value in (("text_input", "BYTES", long[0].encode()), ("sampling_param_max_tokens", "INT32", 256),
+                               ("stream", "BOOL", True)):
+        t = grpcclient.InferInput(name, [1, 1], dtype)
+        t.set_data_from_numpy(np.array([[value]], dtype={"BYTES": object, "INT32": np.int32, "BOOL": bool}[dtype]))
+        inputs.append(t)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    client.async_stream_infer(MODEL, inputs)
+    result, error = got.get(timeout=60)
+    assert error is None and result.as_numpy("text_output") is not None
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    label = f'model="{MODEL}"'
+    key = f'trtspec_requests_total{{{label},outcome="cancelled"}}'
+    deadline = time.monotonic() + 30
+    while _counters(server).get(key, 0.0) - before.get(key, 0.0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = _counters(server)
+    assert after[key] - before.get(key, 0.0) == 1
+    success = f'trtspec_requests_total{{{label},outcome="success"}}'
+    assert after[success] == before[success]  # it did not run to completion
+
+
 # -- bad requests fail alone -----------------------------------------------------------------------
 @pytest.mark.parametrize("payload, message", [
     ({"sampling_param_max_tokens": 4}, "text_input"),

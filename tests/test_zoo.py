@@ -231,3 +231,28 @@ def test_smoke_training_run(tmp_path):
     assert all(v == 1.0 for v in meas["acceptance"]["greedy_match"].values())
     card = tmp_path / "demo_MODEL_CARD.md"
     assert verify_checksums(card, out) == []
+
+
+# ---------------------------------------------------------------- runtime and CLI on the demo pair
+
+def test_runtime_pipeline_on_demo_pair_matches_reference():
+    """trtspec.runtime decodes the shipped pair exactly like the zoo's own greedy reference."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    from trtspec.runtime import load_pipeline
+
+    target_dir, draft_dir = demo_paths()
+    tok = Tokenizer.from_file(str(target_dir / "tokenizer.json"))
+    prompts = zdata.function_prompts(zdata.CorpusSplit.build(), tok, num_prompts=3, prompt_tokens=64)
+    pipe = load_pipeline(target_dir, draft_dir, drafter="draft_model", draft_len=4)
+    outs = pipe.generate_ids(prompts, max_new_tokens=32)
+    target = AutoModelForCausalLM.from_pretrained(target_dir, local_files_only=True, dtype=torch.float32)
+    draft = AutoModelForCausalLM.from_pretrained(draft_dir, local_files_only=True, dtype=torch.float32)
+    ours_accepted = 0
+    for p, (ids, _stats) in zip(prompts, outs):
+        ref = speculative_generate(target, draft, p, 4, 32, eos_id=0)
+        assert ids == ref.tokens == greedy_generate(target, p, 32, eos_id=0)
+        ours_accepted += sum(ref.accepted)
+    assert pipe.last_stats.accepted_tokens == ours_accepted
+    assert pipe.last_stats.mean_al > 1.0

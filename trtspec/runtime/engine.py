@@ -24,7 +24,7 @@ from trtspec.runtime import masks
 from trtspec.runtime.drafters.base import Drafter, DraftMode, tree_size
 from trtspec.runtime.models import Transformer
 from trtspec.runtime.params import SamplingParams, SpecConfig
-from trtspec.runtime.sampling import probs
+from trtspec.runtime.sampling import probs_per_request
 from trtspec.runtime.stats import SpecStats
 from trtspec.runtime.verify import ops
 
@@ -88,6 +88,7 @@ class Engine:
         self.free_rows = list(range(max_batch_size))[::-1]
         self.waiting: list[Request] = []
         self.running: list[Request] = []
+        self.ids: set = set()
         self.step_count = 0
         self.stats = SpecStats()
 
@@ -107,13 +108,15 @@ class Engine:
         if params.temperature > 0 and self.spec.verify == "greedy":
             raise ValueError(f"request {request_id!r}: temperature={params.temperature} needs verify='sample' or "
                              "'block' (verify='greedy' is for temperature 0)")
-        if any(r.request_id == request_id for r in self.running + self.waiting):
+        if request_id in self.ids:
             raise ValueError(f"request id {request_id!r} is already in the engine")
+        self.ids.add(request_id)
         self.waiting.append(Request(request_id, params, ids, len(ids), V))
 
     def abort(self, request_id) -> None:
         """Remove a request (running or waiting) and free its cache row."""
         self.waiting = [r for r in self.waiting if r.request_id != request_id]
+        self.ids.discard(request_id)
         for r in [r for r in self.running if r.request_id == request_id]:
             self._release(r)
 
@@ -121,6 +124,7 @@ class Engine:
         return bool(self.running or self.waiting)
 
     def _release(self, r: Request) -> None:
+        self.ids.discard(r.request_id)
         self.running.remove(r)
         self.drafter.release(r)
         self.free_rows.append(r.row)
@@ -199,23 +203,26 @@ class Engine:
         outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
         t3 = time.perf_counter()
         self.step_count += 1
-        step_stats = SpecStats(draft_time_s=t1 - t0, verify_time_s=t2 - t1, total_time_s=t3 - t0)
-        for r in reqs:
-            r.stats.merge(step_stats)
-        for o in outputs:
-            self.stats.merge(o.stats_step, times=False)
-        self.stats.merge(step_stats)
-        for r in reqs:
-            if r.finished:
-                self._release(r)
-        return [StepOutput(o.request_id, o.new_token_ids, o.finished, o.stats) for o in outputs]
+        for st in [r.stats for r in reqs] + [self.stats]:
+            st.draft_time_s += t1 - t0
+            st.verify_time_s += t2 - t1
+            st.total_time_s += t3 - t0
+        if any(r.finished for r in reqs):
+            for r in [r for r in reqs if r.finished]:
+                self.drafter.release(r)
+                self.free_rows.append(r.row)
+                self.ids.discard(r.request_id)
+            self.running = [r for r in self.running if not r.finished]
+        return outputs
 
     def _verify(self, reqs, prop, parents32, nodes32, logits, max_depth):
         """-> accepted_len int32 ``[B]``, accepted path int32 ``[B, max_depth+1]``, bonus int64 ``[B]``."""
         spec = self.spec
         if spec.verify == "greedy":
             return ops().verify_greedy(prop.tokens, parents32, logits, nodes32, max_depth)
-        target_probs = torch.stack([probs(logits[i], *r.sampling) for i, r in enumerate(reqs)])
+        target_probs = probs_per_request(logits, [r.sampling for r in reqs])                   # [B, N, V]
+        if prop.draft_probs is None:                  # nothing drafted (D = 0): no row is read
+            prop.draft_probs = torch.zeros_like(target_probs)
         if spec.verify == "sample":
             return ops().verify_sample(prop.tokens, parents32, target_probs, prop.draft_probs, spec.seed,
                                        self.step_count, spec.siblings_without_replacement, nodes32, max_depth)
@@ -236,35 +243,33 @@ class Engine:
 
     def _commit(self, reqs, prop, acc, path, bonus, new_lens, aux):
         """Append accepted tokens + bonus, update drafter state, apply stop rules and stats."""
-        acc, path, bonus, new_lens = acc.cpu(), path.cpu(), bonus.cpu(), new_lens.cpu()
-        tokens = prop.tokens.cpu()
-        outputs = []
+        acc_l, path_l, bonus_l = acc.tolist(), path.tolist(), bonus.tolist()
+        lens_l, tokens_l, nodes_l = new_lens.tolist(), prop.tokens.tolist(), prop.num_nodes.tolist()
+        news = []
         for i, r in enumerate(reqs):
-            a = int(acc[i])
-            new = tokens[i, path[i, 1:a + 1].long()].tolist() + [int(bonus[i])]
+            a = acc_l[i]
+            new = [tokens_l[i][u] for u in path_l[i][1:a + 1]] + [bonus_l[i]]
             r.tokens += new
-            r.cache_len = int(new_lens[i])
+            r.cache_len = lens_l[i]
+            news.append(new)
         if self.drafter.capture_layers:
             gather = path.clamp(min=0).long().to(aux.device)                           # [B, L]
             path_aux = torch.gather(aux, 1, gather[..., None].expand(-1, -1, aux.shape[-1]))
             self.drafter.commit(reqs, path_aux, acc.long() + 1)
         else:
             self.drafter.commit(reqs, None, acc.long() + 1)
+        outputs = []
         for i, r in enumerate(reqs):
-            a = int(acc[i])
-            new = r.tokens[len(r.tokens) - a - 1:]
+            new = news[i]
             keep = self._kept(r, new)
             if keep < len(new):
                 del r.tokens[len(r.tokens) - (len(new) - keep):]
             out = new[:keep]
-            step = SpecStats()
-            step.record_step(int(prop.num_nodes[i]) - 1, a, len(out))
-            r.stats.merge(step, times=False)
+            r.stats.record_step(nodes_l[i] - 1, acc_l[i], len(out))
+            self.stats.record_step(nodes_l[i] - 1, acc_l[i], len(out))
             r.finished = (r.generated >= r.params.max_new_tokens or len(r.tokens) >= self.max_seq_len
                           or (bool(out) and out[-1] in r.params.stop_token_ids))
-            o = StepOutput(r.request_id, out, r.finished, r.stats)
-            o.stats_step = step
-            outputs.append(o)
+            outputs.append(StepOutput(r.request_id, out, r.finished, r.stats))
         return outputs
 
     @staticmethod

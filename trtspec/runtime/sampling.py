@@ -41,3 +41,12 @@ def draw(q: torch.Tensor, k: int, *, replacement: bool, generator: torch.Generat
     u = torch.rand(q.shape, generator=generator, device=q.device).clamp_(1e-20, 1.0)
     gumbel = -torch.log(-torch.log(u))
     return torch.topk(torch.log(q) + gumbel, k, dim=-1).indices
+
+
+def probs_per_request(logits: torch.Tensor, transforms: list[tuple[float, int, float]]) -> torch.Tensor:
+    """:func:`probs` of ``logits [B, ..., V]`` with request b's ``(temperature, top_k, top_p)``; one call per distinct triple."""
+    out = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+    for t in set(transforms):
+        idx = torch.tensor([i for i, x in enumerate(transforms) if x == t], device=logits.device)
+        out[idx] = probs(logits[idx], *t)
+    return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from trtspec.runtime import masks
-from trtspec.runtime.sampling import draw, probs
+from trtspec.runtime.sampling import draw, probs_per_request
 
 
 @dataclass
@@ -133,7 +133,7 @@ class TreeDrafter(Drafter):
         n = 1
         for level in range(1, L + 1):
             F_ = frontier.shape[1]
-            q = torch.stack([probs(level_logits[i], *reqs[i].sampling) for i in range(B)]) if mode.sample else None
+            q = probs_per_request(level_logits, [r.sampling for r in reqs]) if mode.sample else None   # [B, F, V]
             if mode.sample:
                 dprobs[b_idx, frontier] = q
                 kids = draw(q.reshape(B * F_, V), K, replacement=not mode.without_replacement,
