@@ -1,11 +1,20 @@
 """Device cost profile: the target's step time T(B, tokens per request) and the drafter's step
 time on this device, measured with trtspec's runtime models, written as ``cost_table.json``.
 
-One *target step* verifies ``tokens`` new tokens for each of B requests (``tokens = D + 1`` for a
-chain of D drafts) on top of ``context_len`` cached tokens: one forward of ``[B, tokens]`` through
-the decoder plus ``lm_head`` on every new token. One *draft step* is the same forward of the draft
-model (``tokens = 1`` is one autoregressive draft token; larger values are the catch-up after
-acceptance). Each point: ``warmup`` untimed calls, then ``repeats`` timed calls (round-robin over
+Two methods:
+
+* ``engine`` (default): steps of trtspec's runtime engine itself, B requests of ``context_len``
+  random prompt tokens, the pipeline loaded with D = ``tokens - 1`` drafts. For each timed step
+  (all B requests running, after warm-up steps) the engine's draft time ``dd`` and the step's
+  wall time are read. The draft time is fitted over the measured D >= 1 as ``dd = c + D * t``:
+  ``draft[B]["1"] = t`` (one draft token) and ``target[B][D+1] = median(wall - dd) + c`` (the
+  verification forward, acceptance, KV moves and the drafter's per-step fixed cost, i.e. everything
+  per step that is not proportional to D). This is what the runtime pays, so the planner's
+  ``step = target[B][D+1] + D * draft[B][1]`` reproduces it.
+* ``forward``: bare model forwards. One target step verifies ``tokens`` new tokens for each of B
+  requests on top of ``context_len`` cached tokens: one forward of ``[B, tokens]`` plus
+  ``lm_head`` on every new token. One draft step is the same forward of the draft model
+  (``tokens = 1`` is one autoregressive draft token). No runtime overhead is included. Each point: ``warmup`` untimed calls, then ``repeats`` timed calls (round-robin over
 the grid), the **median** in seconds (CUDA is synchronised around each call).
 
 Format (``trtspec.cost_table/v1``, read by ``trtspec plan --calibration``)::
@@ -25,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 COST_TABLE_FORMAT = "trtspec.cost_table/v1"
+METHODS = ("engine", "forward")
 
 
 def _ints(values: Sequence[int], name: str) -> tuple[int, ...]:
@@ -42,7 +52,8 @@ class ProfileConfig:
     D + 1 for D = 0..8) new tokens per request; ``draft_tokens`` (default 1, 2, 4) for the draft
     model; ``context_len`` cached tokens per request (default 128); ``warmup`` (default 3) and
     ``repeats`` (default 5) calls per point; ``device`` ('cpu' or 'cuda'); ``dtype`` ('float32',
-    'bfloat16', 'float16').
+    'bfloat16', 'float16'); ``method`` ('engine', default: steps of trtspec's runtime engine;
+    'forward': bare model forwards), see the module docstring.
     """
 
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -53,8 +64,11 @@ class ProfileConfig:
     repeats: int = 5
     device: str = "cpu"
     dtype: str = "float32"
+    method: str = "engine"
 
     def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method={self.method!r}: expected one of {METHODS}")
         object.__setattr__(self, "batch_sizes", _ints(self.batch_sizes, "batch_sizes"))
         object.__setattr__(self, "tokens", _ints(self.tokens, "tokens"))
         object.__setattr__(self, "draft_tokens", _ints(self.draft_tokens, "draft_tokens"))
@@ -223,10 +237,102 @@ def load_cost_table(path: str | Path) -> CostTable:
                      extra)
 
 
+def _engine_step_times(pipe: Any, batch: int, draft_len: int, cfg: ProfileConfig) -> tuple[float, float]:
+    """(median of wall - draft seconds, median draft seconds) over ``cfg.repeats`` engine steps
+    with all ``batch`` requests running, after ``cfg.warmup`` (at least 1: prefill) steps."""
+    import torch
+
+    warm = max(cfg.warmup, 1)
+    new_tokens = (warm + cfg.repeats + 1) * (draft_len + 1) + 1
+    eng = pipe.engine(max_batch_size=batch, max_seq_len=cfg.context_len + new_tokens + 1)
+    vocab = pipe.target.config.vocab_size
+    g = torch.Generator().manual_seed(batch * 131 + draft_len)
+    from trtspec.runtime import SamplingParams
+
+    params = SamplingParams(max_new_tokens=new_tokens)  # no stop tokens: every request runs all steps
+    for i in range(batch):
+        eng.add_request(i, torch.randint(0, vocab, (cfg.context_len,), generator=g).tolist(), params)
+    sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
+    rest, drafts = [], []
+    for k in range(warm + cfg.repeats):
+        d0 = eng.stats.draft_time_s
+        sync()
+        t0 = time.perf_counter()
+        outs = eng.step()
+        sync()
+        wall = time.perf_counter() - t0
+        if any(o.finished for o in outs):
+            raise RuntimeError(f"profile: a request finished early at B={batch}, D={draft_len}")
+        if k >= warm:
+            dd = eng.stats.draft_time_s - d0 if draft_len else 0.0  # D = 0: the whole step is the target's
+            rest.append(wall - dd)
+            drafts.append(dd)
+    return statistics.median(rest), statistics.median(drafts)
+
+
+def fit_draft_cost(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares ``seconds = c + D * t`` over ``(D, seconds)`` points with D >= 1; returns
+    ``(c, t)`` with c >= 0 and t > 0 (one point: c = 0, t = seconds / D)."""
+    if not points or any(d < 1 for d, _ in points):
+        raise ValueError(f"points={list(points)}: expected (D >= 1, seconds) pairs")
+    if len({d for d, _ in points}) < 2:
+        n = len(points)
+        return 0.0, max(sum(y / d for d, y in points) / n, 1e-9)
+    n = len(points)
+    mx, my = sum(d for d, _ in points) / n, sum(y for _, y in points) / n
+    slope = sum((d - mx) * (y - my) for d, y in points) / sum((d - mx) ** 2 for d, _ in points)
+    slope = max(slope, 1e-9)
+    return max(my - slope * mx, 0.0), slope
+
+
+def profile_engine(target_dir: str | Path, draft_dir: str | Path, cfg: ProfileConfig, *,
+                   drafter: str = "draft_model", progress: Callable[[], None] | None = None
+                   ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """(target table, draft table) by the ``engine`` method (see module docstring)."""
+    import torch
+
+    from trtspec.runtime import load_pipeline
+
+    dtype = getattr(torch, cfg.dtype)
+    rest: dict[tuple[int, int], float] = {}
+    dd: dict[tuple[int, int], float] = {}
+    for t in cfg.tokens:
+        pipe = load_pipeline(str(target_dir), str(draft_dir), drafter=drafter, draft_len=t - 1, device=cfg.device,
+                             dtype=dtype)
+        for b in cfg.batch_sizes:
+            rest[b, t - 1], dd[b, t - 1] = _engine_step_times(pipe, b, t - 1, cfg)
+            if progress is not None:
+                progress()
+    target: dict[str, dict[str, float]] = {}
+    draft: dict[str, dict[str, float]] = {}
+    for b in cfg.batch_sizes:
+        pts = [(d, dd[b, d]) for (bb, d) in dd if bb == b and d >= 1]
+        if not pts:
+            raise ValueError("tokens: the engine method needs some tokens >= 2 (D >= 1) to time the drafter")
+        c, slope = fit_draft_cost(pts)
+        draft[str(b)] = {"1": slope}
+        target[str(b)] = {str(d + 1): rest[b, d] + (c if d >= 1 else 0.0) for (bb, d) in sorted(rest) if bb == b}
+    return target, draft
+
+
 def profile_pair(target_dir: str | Path, draft_dir: str | Path | None, cfg: ProfileConfig,
-                 progress: Callable[[], None] | None = None) -> CostTable:
+                 progress: Callable[[], None] | None = None, *, drafter: str = "draft_model") -> CostTable:
     """Measure the cost table of a target (and draft model, if given) on ``cfg.device``."""
     import torch
+
+    extra = {"context_len": cfg.context_len, "dtype": cfg.dtype, "warmup": cfg.warmup, "repeats": cfg.repeats,
+             "method": cfg.method}
+    if cfg.method == "engine":
+        if draft_dir is None:
+            raise ValueError("method='engine' needs a draft model (it times speculative engine steps); "
+                             "use method='forward' for the target alone")
+        target, draft = profile_engine(target_dir, draft_dir, cfg, drafter=drafter, progress=progress)
+        return CostTable(
+            device_name(cfg.device), target, draft,
+            source=(f"trtspec profile (engine): target={target_dir}, draft={draft_dir}; trtspec runtime engine "
+                    f"steps, {cfg.context_len} prompt tokens, median of {cfg.repeats} steps after {cfg.warmup} "
+                    f"warm-up; draft time fitted as c + D*t, c folded into target; torch {torch.__version__}"),
+            extra=extra)
 
     from trtspec.runtime.models import load_model
 
@@ -240,13 +346,15 @@ def profile_pair(target_dir: str | Path, draft_dir: str | Path | None, cfg: Prof
         draft = measure(dm, cfg.batch_sizes, cfg.draft_tokens, cfg, progress)
     return CostTable(
         device_name(cfg.device), table, draft,
-        source=(f"trtspec profile: target={target_dir}, draft={draft_dir}; forward of [B, tokens] after "
-                f"{cfg.context_len} cached tokens + lm_head; median of {cfg.repeats} after {cfg.warmup} warm-up; "
-                f"torch {torch.__version__}"),
-        extra={"context_len": cfg.context_len, "dtype": cfg.dtype, "warmup": cfg.warmup, "repeats": cfg.repeats},
+        source=(f"trtspec profile (forward): target={target_dir}, draft={draft_dir}; forward of [B, tokens] "
+                f"after {cfg.context_len} cached tokens + lm_head; median of {cfg.repeats} after {cfg.warmup} "
+                f"warm-up; torch {torch.__version__}"),
+        extra=extra,
     )
 
 
 def grid_points(cfg: ProfileConfig, with_draft: bool) -> int:
     """Number of timed points (for progress bars)."""
+    if cfg.method == "engine":
+        return len(cfg.batch_sizes) * len(cfg.tokens)
     return len(cfg.batch_sizes) * (len(cfg.tokens) + (len(cfg.draft_tokens) if with_draft else 0))
