@@ -42,6 +42,9 @@ def _csv(values) -> str:
 @click.option("--engine", type=click.Choice(ENGINES), **_b("engine"))
 @click.option("--triton", default=None, help="host:port of Triton's gRPC endpoint serving trtspec's model "
               "(--model names it, default 'trtspec').")
+@click.option("--tokenizer", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Model directory whose chat template formats prompts sent to --server/--triton (and whose "
+                   "tokenizer.json counts Triton's output tokens) [default: raw prompts].")
 @click.option("--dataset", **_b("dataset"))
 @click.option("--config", "dataset_config", **_b("config"))
 @click.option("--category", "categories", multiple=True, help="Keep only this category (repeatable).")
@@ -70,7 +73,7 @@ def _csv(values) -> str:
               help="Sweep mode: GPU name passed to the planner (the calibration replaces its step times).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 def bench(target, draft, drafter, draft_len, verify, device, dtype, server, server_model, metrics_url, engine, triton,
-          dataset, dataset_config, categories, limit_per_category, code_prompts, max_new_tokens, temperature, top_k,
+          tokenizer, dataset, dataset_config, categories, limit_per_category, code_prompts, max_new_tokens, temperature, top_k,
           top_p, seed, concurrency, single_turn, ci, out, no_plots, sweep_draft_len, sweep_batch, rounds, repeats,
           calibration, gpu, as_json):
     """Measure acceptance length (bonus included) per category with confidence intervals, per-position
@@ -120,15 +123,22 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
 
     if cfg.draft_len < 1:
         raise click.UsageError("--draft-len must be >= 1 to measure acceptance")
+    from trtspec.bench.datasets import load_chat_template
     from trtspec.bench.runners import LocalRunner, OpenAIRunner, TritonRunner, build_run_profile
 
+    chat = load_chat_template(tokenizer) if tokenizer else None
+    tok = None
+    if tokenizer and (tokenizer / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
     if server:
         if not server_model:
             raise click.UsageError("--server needs --model (the served model name)")
         runner = OpenAIRunner(server, server_model, metrics_url=metrics_url, engine=cfg.engine,
-                              draft_len=cfg.draft_len)
+                              draft_len=cfg.draft_len, chat=chat)
     elif triton:
-        runner = TritonRunner(triton, server_model or "trtspec", draft_len=cfg.draft_len)
+        runner = TritonRunner(triton, server_model or "trtspec", draft_len=cfg.draft_len, tokenizer=tok, chat=chat)
     else:
         try:
             runner = LocalRunner.load(target, draft, drafter=cfg.drafter, draft_len=cfg.draft_len, verify=cfg.verify,
