@@ -43,7 +43,10 @@ inline float halfToFloat(uint16_t h) {
 
 // ---- checks ---------------------------------------------------------------------------------
 // A probability entry is valid iff finite and >= 0 (NaN fails both comparisons).
-inline bool badProb(float v) { return !(v >= 0.0f) || v > 3.4028234663852886e38f; }
+// Bitwise, not short-circuit: loops that accumulate it stay branch-free and vectorise.
+inline bool badProb(float v) {
+    return static_cast<bool>(static_cast<unsigned>(!(v >= 0.0f)) | static_cast<unsigned>(v > 3.4028234663852886e38f));
+}
 
 // Validate request b's tree: 1 <= n <= N, parents[0] == -1, 0 <= parents[i] < i for i < n.
 // Fills firstChild/nextSibling (size >= n) and returns the tree depth through *maxDepthOut.
@@ -95,27 +98,41 @@ inline double seqSum(const float* w, int64_t v) {
 // seqSum that also checks every entry; false if one is NaN, Inf or negative.
 inline bool checkedSum(const float* w, int64_t v, double* total) {
     double s = 0.0;
-    bool bad = false;
+    unsigned bad = 0;
     for (int64_t i = 0; i < v; ++i) {
-        bad |= badProb(w[i]);
+        bad |= static_cast<unsigned>(badProb(w[i]));
         s += static_cast<double>(w[i]);
     }
     *total = s;
     return !bad;
 }
 
-// Inverse-CDF sample: the first index whose prefix sum exceeds u * total, else the last positive
-// index. Requires total > 0 (some weight positive).
-inline int64_t sampleRow(const float* w, int64_t v, double total, double u) {
-    const double target = u * total;
+// Inverse-CDF sample from non-negative float32 weights w[0..v) with uniform u, as
+// reference._sample: the CDF is the sequential float64 prefix sum (stored in cdf[0..v)); the
+// sample is the first index whose prefix sum exceeds u * total (binary search: the prefix sums
+// never decrease), else the last index with positive weight. Returns -1 if an entry is invalid
+// and -2 if no weight is positive.
+inline int64_t sampleRow(const float* w, int64_t v, double u, double* cdf) {
     double s = 0.0;
+    unsigned bad = 0;
     for (int64_t i = 0; i < v; ++i) {
+        bad |= static_cast<unsigned>(badProb(w[i]));
         s += static_cast<double>(w[i]);
-        if (s > target) return i;
+        cdf[i] = s;
     }
+    if (bad) return -1;
+    if (!(s > 0.0)) return -2;
+    const double target = u * s;
+    int64_t lo = 0, hi = v;  // first index in [lo, hi) with cdf > target; hi = none
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (cdf[mid] > target) hi = mid;
+        else lo = mid + 1;
+    }
+    if (lo < v) return lo;
     for (int64_t i = v - 1; i >= 0; --i)
         if (w[i] > 0.0f) return i;
-    return 0;  // unreachable when total > 0
+    return -2;  // unreachable when s > 0
 }
 
 // ---- batch parallelism ----------------------------------------------------------------------

@@ -149,6 +149,7 @@ template <int kThreads, int kItems, typename WeightFn>
 __device__ int64_t sample(WeightFn weight, int32_t vocab, double u, typename Block<kThreads>::Shared& s) {
     using B = Block<kThreads>;
     double local = 0.0;
+    #pragma unroll 4
     for (int32_t v = threadIdx.x; v < vocab; v += kThreads) local += static_cast<double>(weight(v));
     const double total = B::sum(local, s);
     const double target = __dmul_rn(u, total);
@@ -179,6 +180,7 @@ __device__ int64_t sample(WeightFn weight, int32_t vocab, double u, typename Blo
         carry += aggregate;
     }
     int32_t last = -1;
+    #pragma unroll 4
     for (int32_t v = threadIdx.x; v < vocab; v += kThreads)
         if (weight(v) > 0.0f) last = v;
     return B::max(last, s);

@@ -11,14 +11,19 @@ namespace trtspec {
 namespace cpu {
 namespace {
 
-// dst = float32(max(w * p - q, 0)) with float64 maths; returns false on an invalid entry.
-inline bool residual(const float* p, const float* q, double w, float* dst, int64_t v) {
-    bool bad = false;
+// dst = float32(max(w * p - q, 0)) with float64 maths, *mass = sequential float64 sum of dst;
+// returns false on an invalid entry.
+inline bool residual(const float* p, const float* q, double w, float* dst, int64_t v, double* mass) {
+    unsigned bad = 0;
+    double s = 0.0;
     for (int64_t i = 0; i < v; ++i) {
-        bad |= detail::badProb(p[i]) | detail::badProb(q[i]);
+        bad |= static_cast<unsigned>(detail::badProb(p[i])) | static_cast<unsigned>(detail::badProb(q[i]));
         const double d = w * static_cast<double>(p[i]) - static_cast<double>(q[i]);
-        dst[i] = static_cast<float>(d < 0.0 ? 0.0 : d);
+        const float r = static_cast<float>(d < 0.0 ? 0.0 : d);
+        dst[i] = r;
+        s += static_cast<double>(r);
     }
+    *mass = s;
     return !bad;
 }
 
@@ -35,6 +40,7 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
     const double work = static_cast<double>(batch) * static_cast<double>(vocab) * 4;
     return detail::parallelFor(batch, detail::numThreads(batch, work), [&](int32_t b0, int32_t b1) {
         std::vector<float> buf(vocab);
+        std::vector<double> cdf(vocab);
         std::vector<double> w(D + 1);
         for (int32_t b = b0; b < b1; ++b) {
             acceptedLen[b] = 0;
@@ -64,8 +70,9 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
                 tau = D;
             } else {
                 for (int32_t i = D - 1; i >= 1; --i) {
-                    if (!residual(target(i), draft(i), w[i], buf.data(), vocab)) return Status::kInvalidProbability;
-                    const double mass = detail::seqSum(buf.data(), vocab);
+                    double mass = 0.0;
+                    if (!residual(target(i), draft(i), w[i], buf.data(), vocab, &mass))
+                        return Status::kInvalidProbability;
                     const double den = mass + 1.0 - w[i];
                     const double h = den > 0.0 ? mass / den : 1.0;
                     if (eta(i - 1) <= h) {
@@ -75,21 +82,19 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
                 }
             }
             // bonus ~ normalize(r_tau) if tau < D (target row tau if rounding emptied r_tau), else ~ p_D
-            const float* p = target(D);
-            double total = 0.0;
+            const double ub = eta(static_cast<uint64_t>(D));
+            int64_t y;
             if (tau < D) {
-                if (!residual(target(tau), draft(tau), w[tau], buf.data(), vocab)) return Status::kInvalidProbability;
-                total = detail::seqSum(buf.data(), vocab);
-                p = buf.data();
-                if (!(total > 0.0)) {
-                    p = target(tau);
-                    if (!detail::checkedSum(p, vocab, &total)) return Status::kInvalidProbability;
-                }
-            } else if (!detail::checkedSum(p, vocab, &total)) {
-                return Status::kInvalidProbability;
+                double mass = 0.0;
+                if (!residual(target(tau), draft(tau), w[tau], buf.data(), vocab, &mass))
+                    return Status::kInvalidProbability;
+                y = detail::sampleRow(buf.data(), vocab, ub, cdf.data());
+                if (y == -2) y = detail::sampleRow(target(tau), vocab, ub, cdf.data());
+            } else {
+                y = detail::sampleRow(target(D), vocab, ub, cdf.data());
             }
-            if (!(total > 0.0)) return Status::kInvalidProbability;
-            bonusToken[b] = detail::sampleRow(p, vocab, total, eta(static_cast<uint64_t>(D)));
+            if (y < 0) return Status::kInvalidProbability;
+            bonusToken[b] = y;
             acceptedLen[b] = tau;
         }
         return Status::kSuccess;

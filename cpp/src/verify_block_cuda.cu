@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(kThreads)
         if (i < D) {  // h_i = m / (m + 1 - w_i), m = sum(r_i)
             const Residual r{target + static_cast<size_t>(i) * vocab, draft + static_cast<size_t>(i) * vocab, w};
             double m = 0.0;
+            #pragma unroll 4
             for (int32_t v = threadIdx.x; v < vocab; v += kThreads) m += static_cast<double>(r(v));
             m = B::sum(m, s);
             const double denom = __dsub_rn(__dadd_rn(m, 1.0), w);

@@ -21,20 +21,40 @@ __device__ __forceinline__ float toFloat(float x) { return x; }
 __device__ __forceinline__ float toFloat(__half x) { return __half2float(x); }
 __device__ __forceinline__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// Argmax over this thread's share of one row. The 16-byte-aligned body of the row is read with
+// 16-byte vector loads, kUnroll of them in flight per thread (enough bytes in flight to approach
+// the memory bandwidth with one block per request); the unaligned head and the tail are read
+// element by element. The combine is a total order, so the share's order does not matter.
 template <typename T>
 __device__ detail::ArgMax rowArgMax(const T* __restrict__ row, int32_t vocab) {
-    detail::ArgMaxOp op;
+    constexpr int32_t kPerVector = 16 / sizeof(T);
+    const detail::ArgMaxOp op;
     detail::ArgMax best{-INFINITY, INT32_MAX};
-    int32_t v = threadIdx.x;
-    // kUnroll independent loads in flight per thread; the combine keeps index order per thread.
-    for (; v + (kUnroll - 1) * kThreads < vocab; v += kUnroll * kThreads) {
-        float x[kUnroll];
+    const uintptr_t address = reinterpret_cast<uintptr_t>(row);
+    int32_t head = static_cast<int32_t>(((16u - (address & 15u)) & 15u) / sizeof(T));
+    if (head > vocab) head = vocab;
+    for (int32_t v = threadIdx.x; v < head; v += kThreads) best = op(best, detail::ArgMax{toFloat(row[v]), v});
+
+    const int32_t vectors = (vocab - head) / kPerVector;
+    const uint4* body = reinterpret_cast<const uint4*>(row + head);
+    auto consume = [&](const uint4& w, int32_t first) {
+        T x[kPerVector];
+        memcpy(x, &w, sizeof w);
 #pragma unroll
-        for (int k = 0; k < kUnroll; ++k) x[k] = toFloat(row[v + k * kThreads]);
+        for (int32_t j = 0; j < kPerVector; ++j) best = op(best, detail::ArgMax{toFloat(x[j]), first + j});
+    };
+    int32_t i = threadIdx.x;
+    for (; i + (kUnroll - 1) * kThreads < vectors; i += kUnroll * kThreads) {
+        uint4 w[kUnroll];
 #pragma unroll
-        for (int k = 0; k < kUnroll; ++k) best = op(best, detail::ArgMax{x[k], v + k * kThreads});
+        for (int k = 0; k < kUnroll; ++k) w[k] = body[i + k * kThreads];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) consume(w[k], head + (i + k * kThreads) * kPerVector);
     }
-    for (; v < vocab; v += kThreads) best = op(best, detail::ArgMax{toFloat(row[v]), v});
+    for (; i < vectors; i += kThreads) consume(body[i], head + i * kPerVector);
+
+    for (int32_t v = head + vectors * kPerVector + threadIdx.x; v < vocab; v += kThreads)
+        best = op(best, detail::ArgMax{toFloat(row[v]), v});
     return best;
 }
 

@@ -11,22 +11,37 @@ namespace trtspec {
 namespace cpu {
 namespace {
 
-// dst = max(p - q, 0) in float32 (dst may alias p); returns false on an invalid entry.
-inline bool residual(const float* p, const float* q, float* dst, int64_t v) {
-    bool bad = false;
+// One fused pass after a rejection of token x (the float64 sums are latency-bound sequential
+// chains, so the rest of the work in the loop is free):
+//   dst = max(p - q, 0) in float32 (dst may alias p), *sumP = sequential float64 sum of dst,
+//   and with WithoutReplacement *sumQ = sequential sum of q with q(x) = 0.
+// Returns false if an entry of p or q is NaN, Inf or negative.
+template <bool WithoutReplacement>
+inline bool residual(const float* p, const float* q, float* dst, int64_t v, int64_t x, double* sumP, double* sumQ) {
+    unsigned bad = 0;
+    double sp = 0.0, sq = 0.0;
     for (int64_t i = 0; i < v; ++i) {
-        bad |= detail::badProb(p[i]) | detail::badProb(q[i]);
-        const float d = p[i] - q[i];
-        dst[i] = d < 0.0f ? 0.0f : d;
+        bad |= static_cast<unsigned>(detail::badProb(p[i])) | static_cast<unsigned>(detail::badProb(q[i]));
+        float d = p[i] - q[i];
+        d = d < 0.0f ? 0.0f : d;
+        dst[i] = d;
+        sp += static_cast<double>(d);
+        if (WithoutReplacement) sq += i == x ? 0.0 : static_cast<double>(q[i]);
     }
+    *sumP = sp;
+    *sumQ = sq;
     return !bad;
 }
 
-// w <- w / sum(w) (float64 division, rounded to float32) unless the sum is 0.
-inline void normalizeInPlace(float* w, int64_t v) {
-    const double total = detail::seqSum(w, v);
-    if (!(total > 0.0)) return;
-    for (int64_t i = 0; i < v; ++i) w[i] = static_cast<float>(static_cast<double>(w[i]) / total);
+// dst = src / total (float64 division rounded to float32) with dst[zeroAt] = 0 first (zeroAt may
+// be -1); unchanged apart from that when total is not positive. dst may alias src.
+inline void normalizeInto(const float* src, float* dst, int64_t v, double total, int64_t zeroAt) {
+    if (total > 0.0) {
+        for (int64_t i = 0; i < v; ++i) dst[i] = static_cast<float>(static_cast<double>(src[i]) / total);
+    } else if (dst != src) {
+        std::copy(src, src + v, dst);
+    }
+    if (zeroAt >= 0) dst[zeroAt] = 0.0f;
 }
 
 }  // namespace
@@ -47,6 +62,7 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
     return detail::parallelFor(batch, detail::numThreads(batch, work), [&](int32_t b0, int32_t b1) {
         detail::TreeScratch tree(nodes);
         std::vector<float> pbuf(vocab), qbuf(vocab);
+        std::vector<double> cdf(vocab);
         for (int32_t b = b0; b < b1; ++b) {
             int32_t* path = acceptedNodes + b * width;
             std::fill(path, path + width, -1);
@@ -88,27 +104,27 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
                         break;
                     }
                     // residual after a rejection: p <- normalize(max(p - q, 0))
-                    if (!residual(p, q, pbuf.data(), vocab)) return Status::kInvalidProbability;
-                    normalizeInPlace(pbuf.data(), vocab);
+                    double sumP = 0.0, sumQ = 0.0;
+                    const bool ok = siblingsWithoutReplacement
+                                        ? residual<true>(p, q, pbuf.data(), vocab, x, &sumP, &sumQ)
+                                        : residual<false>(p, q, pbuf.data(), vocab, x, &sumP, &sumQ);
+                    if (!ok) return Status::kInvalidProbability;
+                    normalizeInto(pbuf.data(), pbuf.data(), vocab, sumP, -1);
                     p = pbuf.data();
                     if (siblingsWithoutReplacement) {  // q(x) <- 0; q <- normalize(q)
-                        if (q != qbuf.data()) std::copy(q, q + vocab, qbuf.data());
-                        qbuf[x] = 0.0f;
-                        normalizeInPlace(qbuf.data(), vocab);
+                        // q(x) is zeroed before the division in the reference; x / total = 0 either way
+                        normalizeInto(q, qbuf.data(), vocab, sumQ, x);
                         q = qbuf.data();
                     }
                 }
             }
             // bonus ~ p; if rounding emptied the residual, ~ the target row of the last accepted node
+            const double ub = uniform(seed, offset, static_cast<uint64_t>(b), k);
+            int64_t y = detail::sampleRow(p, vocab, ub, cdf.data());
             const float* target = row(targetProbs, u);
-            double total = 0.0;
-            if (!detail::checkedSum(p, vocab, &total)) return Status::kInvalidProbability;
-            if (!(total > 0.0) && p != target) {
-                p = target;
-                if (!detail::checkedSum(p, vocab, &total)) return Status::kInvalidProbability;
-            }
-            if (!(total > 0.0)) return Status::kInvalidProbability;
-            bonusToken[b] = detail::sampleRow(p, vocab, total, uniform(seed, offset, static_cast<uint64_t>(b), k));
+            if (y == -2 && p != target) y = detail::sampleRow(target, vocab, ub, cdf.data());
+            if (y < 0) return Status::kInvalidProbability;
+            bonusToken[b] = y;
             acceptedLen[b] = len;
         }
         return Status::kSuccess;

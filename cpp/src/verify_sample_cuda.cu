@@ -25,7 +25,7 @@ constexpr int kItems = 4;
 
 size_t rowBytes(int64_t vocab) { return detail::alignUp(sizeof(float) * static_cast<size_t>(vocab)); }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     verifySampleKernel(const int64_t* __restrict__ tokens, const int32_t* __restrict__ parents,
                        const float* __restrict__ targetProbs, const float* __restrict__ draftProbs,
                        const int32_t* __restrict__ numNodes, int32_t N, int32_t vocab, int32_t L, uint64_t seedValue,
@@ -82,27 +82,33 @@ __global__ void __launch_bounds__(kThreads)
                 }
                 // rejected: p <- normalize(max(p - q, 0)), in place in the workspace row
                 double mass = 0.0;
+                #pragma unroll 4
                 for (int32_t v = threadIdx.x; v < vocab; v += kThreads) {
                     const float rv = fmaxf(__fsub_rn(p[v], q[v]), 0.0f);
                     residual[v] = rv;
                     mass += static_cast<double>(rv);
                 }
                 mass = B::sum(mass, s);
-                if (mass > 0.0)
+                if (mass > 0.0) {
+                    #pragma unroll 4
                     for (int32_t v = threadIdx.x; v < vocab; v += kThreads)
                         residual[v] = static_cast<float>(__ddiv_rn(static_cast<double>(residual[v]), mass));
+                }
                 p = residual;
                 if (withoutReplacement) {  // q(x) <- 0, q <- normalize(q)
                     double qMass = 0.0;
+                    #pragma unroll 4
                     for (int32_t v = threadIdx.x; v < vocab; v += kThreads) {
                         const float qv = v == x ? 0.0f : q[v];
                         qBuffer[v] = qv;
                         qMass += static_cast<double>(qv);
                     }
                     qMass = B::sum(qMass, s);
-                    if (qMass > 0.0)
+                    if (qMass > 0.0) {
+                        #pragma unroll 4
                         for (int32_t v = threadIdx.x; v < vocab; v += kThreads)
                             qBuffer[v] = static_cast<float>(__ddiv_rn(static_cast<double>(qBuffer[v]), qMass));
+                    }
                     q = qBuffer;
                 }
                 __syncthreads();  // the rows written above are read whole by the next decision
