@@ -197,3 +197,25 @@ def test_bench_cli_errors_name_the_option(tmp_path):
     assert res.exit_code == 2 and "no such file" in res.output
     res = CliRunner().invoke(main, ["bench", "--server", "http://x:1", "--triton", "x:2"])
     assert res.exit_code == 2 and "exclusive" in res.output
+
+
+def test_bench_and_profile_default_to_the_demo_pair(tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+    from trtspec.zoo import demo_paths
+
+    try:
+        demo_paths()
+    except FileNotFoundError as e:
+        pytest.skip(f"demo pair not installed: {e}")
+    res = CliRunner().invoke(main, ["bench", "--limit-per-category", "1", "--code-prompts", "1", "--single-turn",
+                                    "--max-new-tokens", "8", "--concurrency", "4", "--out", str(tmp_path / "b"),
+                                    "--no-plots", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert set(data["per_category"]) == set(ds.CATEGORIES) and data["meta"]["prompts"] == 11
+    res = CliRunner().invoke(main, ["profile", "--batch", "1,2", "--tokens", "1,3", "--repeats", "2",
+                                    "--out", str(tmp_path / "cost_table.json")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "cost_table.json").read_text())["format"] == "trtspec.cost_table/v1"
