@@ -89,6 +89,11 @@ class Pipeline:
         spec = self.spec if seed is None else dataclasses.replace(self.spec, seed=seed)
         return Engine(self.target, self.drafter, spec, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
 
+    def without_speculation(self) -> "Pipeline":
+        """The same target and tokenizer with no drafter (D = 0): the baseline for speed comparisons."""
+        base = dataclasses.replace(self.spec, draft_len=0, tree=None, draft_len_schedule=None)
+        return Pipeline(self.target, _NoDrafter(), base, self.tokenizer, self.stop_token_ids, self.target_dir)
+
     def params(self, **kw) -> SamplingParams:
         """SamplingParams with this pipeline's stop tokens."""
         return SamplingParams(stop_token_ids=self.stop_token_ids, **kw)

@@ -1,0 +1,129 @@
+"""Output tokens/s of the reference runtime with and without speculation, side by side, and AL.
+
+Same runtime, same prompts, same target: the baseline is the pipeline with D = 0 (plain decoding
+through the same step). Greedy decoding, so both produce identical tokens (checked).
+
+    python benchmarks/bench_runtime.py [--target DIR --draft DIR] [--drafter ngram|eagle3]
+        [--draft-len D | --tree topk=K,depth=L] [--batch-sizes 1,4,16] [--max-new-tokens N]
+        [--threads T] [--json] [--plot out.png]
+
+With no --target it uses the demo pair (``trtspec.zoo.demo_paths()``).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+PROMPTS = [
+    "def fib(n):", "The capital of France is", "import numpy as np\n", "Once upon a time,",
+    "for i in range(10):", "SELECT name FROM users WHERE", "The quick brown fox", "class Stack:\n    def",
+]
+
+
+def _timed(pipe, prompt_ids, max_new_tokens):
+    t0 = time.perf_counter()
+    outs = pipe.generate_ids(prompt_ids, max_new_tokens=max_new_tokens)
+    return outs, time.perf_counter() - t0, pipe.last_stats
+
+
+def bench(pipe, batch_sizes, max_new_tokens, repeats=1):
+    """Rows of {batch, tokens_per_s_base, tokens_per_s_spec, speedup, mean_al, acceptance_rate}."""
+    base = pipe.without_speculation()
+    tok = pipe.tokenizer
+    _timed(pipe, [tok.encode(PROMPTS[0])], 4)                       # warm up both paths
+    _timed(base, [tok.encode(PROMPTS[0])], 4)
+    rows = []
+    for B in batch_sizes:
+        ids = [tok.encode(PROMPTS[i % len(PROMPTS)]) for i in range(B)]
+        t_base = t_spec = 0.0
+        for _ in range(repeats):
+            ref, dt, _ = _timed(base, ids, max_new_tokens)
+            t_base += dt
+            out, dt, stats = _timed(pipe, ids, max_new_tokens)
+            t_spec += dt
+        if [o for o, _ in out] != [o for o, _ in ref]:
+            raise RuntimeError(f"B={B}: speculative output differs from plain greedy decoding")
+        n = sum(len(o) for o, _ in out) * repeats
+        rows.append({"batch": B, "output_tokens": n // repeats, "tokens_per_s_base": n / t_base,
+                     "tokens_per_s_spec": n / t_spec, "speedup": t_base / t_spec, "mean_al": stats.mean_al,
+                     "acceptance_rate": stats.acceptance_rate, "accepted_per_pos": stats.accepted_per_pos})
+    return rows
+
+
+def plot(rows, title, path: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r["tokens_per_s_base"] for r in rows], 0.4, label="no speculation")
+    ax.bar([i + 0.2 for i in x], [r["tokens_per_s_spec"] for r in rows], 0.4, label="speculative")
+    for i, r in zip(x, rows):
+        ax.annotate(f"{r['speedup']:.2f}x\nAL {r['mean_al']:.2f}", (i + 0.2, r["tokens_per_s_spec"]),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(x), [f"B={r['batch']}" for r in rows])
+    ax.set_ylabel("output tokens/s")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    tmp.replace(path)
+
+
+@click.command()
+@click.option("--target", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Default: demo pair.")
+@click.option("--draft", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--drafter", type=click.Choice(["draft_model", "ngram", "eagle3"]), default="draft_model",
+              show_default=True)
+@click.option("--draft-len", "draft_len", type=int, default=4, show_default=True)
+@click.option("--tree", help="'topk=K,depth=L' instead of a chain.")
+@click.option("--batch-sizes", "batch_sizes", default="1,4,16", show_default=True)
+@click.option("--max-new-tokens", "max_new_tokens", type=int, default=64, show_default=True)
+@click.option("--repeats", type=int, default=1, show_default=True)
+@click.option("--threads", type=int, default=0, show_default=True, help="torch CPU threads (0 = default).")
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG bar chart.")
+def main(target, draft, drafter, draft_len, tree, batch_sizes, max_new_tokens, repeats, threads, device, as_json,
+         plot_path):
+    import torch
+
+    from trtspec.runtime import load_pipeline
+
+    if threads:
+        torch.set_num_threads(threads)
+    if target is None:
+        from trtspec.zoo import demo_paths
+
+        target, demo_draft = demo_paths()
+        draft = draft or (demo_draft if drafter == "draft_model" else None)
+    sizes = [int(b) for b in batch_sizes.split(",")]
+    pipe = load_pipeline(target, draft, drafter=drafter, draft_len=draft_len, tree=tree, device=device)
+    rows = bench(pipe, sizes, max_new_tokens, repeats)
+    title = f"{Path(target).name} + {drafter} ({tree or f'D={draft_len}'}), {device}, {torch.get_num_threads()} threads"
+    if plot_path:
+        plot(rows, title, plot_path)
+    if as_json:
+        click.echo(json.dumps({"target": str(target), "draft": str(draft) if draft else None, "drafter": drafter,
+                               "draft_len": draft_len, "tree": tree, "device": device, "rows": rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("B", "tok/s plain", "tok/s spec", "speedup", "AL", "accept rate"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["batch"]), f"{r['tokens_per_s_base']:.1f}", f"{r['tokens_per_s_spec']:.1f}",
+                      f"{r['speedup']:.2f}x", f"{r['mean_al']:.2f}", f"{r['acceptance_rate']:.2f}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
