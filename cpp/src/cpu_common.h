@@ -10,6 +10,11 @@
 #include "trtspec/kernels.h"
 #include "trtspec/status.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define TRTSPEC_SSE2 1
+#endif
+
 namespace trtspec {
 namespace detail {
 
@@ -87,7 +92,11 @@ inline Status requestNodes(const int32_t* numNodes, int32_t b, int32_t nodes, in
     return (*n >= 1 && *n <= nodes) ? Status::kSuccess : Status::kInvalidTree;
 }
 
-// ---- sampling (bit-identical to reference._sample) ------------------------------------------
+// ---- row passes (bit-identical to the reference's torch ops) -------------------------------
+// The elementwise passes use SSE2 where available (the same IEEE operations as the scalar code,
+// element by element, so results are identical); the float64 sums are sequential chains, as
+// torch.cumsum on CPU, kept in their own loops so nothing else waits on them.
+
 // Sequential float64 sum of float32 weights, as torch.cumsum(w.double(), 0)[-1].
 inline double seqSum(const float* w, int64_t v) {
     double s = 0.0;
@@ -95,32 +104,107 @@ inline double seqSum(const float* w, int64_t v) {
     return s;
 }
 
+// True if any of w[0..v) is NaN, Inf or negative.
+inline bool anyBad(const float* w, int64_t v) {
+    int64_t i = 0;
+    unsigned bad = 0;
+#ifdef TRTSPEC_SSE2
+    const __m128 zero = _mm_setzero_ps(), big = _mm_set1_ps(3.4028234663852886e38f);
+    __m128 acc = _mm_setzero_ps();
+    for (; i + 4 <= v; i += 4) {
+        const __m128 x = _mm_loadu_ps(w + i);
+        acc = _mm_or_ps(acc, _mm_or_ps(_mm_cmpnge_ps(x, zero), _mm_cmpgt_ps(x, big)));
+    }
+    bad = static_cast<unsigned>(_mm_movemask_ps(acc));
+#endif
+    for (; i < v; ++i) bad |= static_cast<unsigned>(badProb(w[i]));
+    return bad != 0;
+}
+
+// dst = max(p - q, 0) in float32 (dst may alias p). Returns true if p or q has an invalid entry.
+inline bool residualF32(const float* p, const float* q, float* dst, int64_t v) {
+    int64_t i = 0;
+    unsigned bad = 0;
+#ifdef TRTSPEC_SSE2
+    const __m128 zero = _mm_setzero_ps(), big = _mm_set1_ps(3.4028234663852886e38f);
+    __m128 acc = _mm_setzero_ps();
+    for (; i + 4 <= v; i += 4) {
+        const __m128 a = _mm_loadu_ps(p + i), b = _mm_loadu_ps(q + i);
+        acc = _mm_or_ps(acc, _mm_or_ps(_mm_cmpnge_ps(a, zero), _mm_cmpgt_ps(a, big)));
+        acc = _mm_or_ps(acc, _mm_or_ps(_mm_cmpnge_ps(b, zero), _mm_cmpgt_ps(b, big)));
+        _mm_storeu_ps(dst + i, _mm_max_ps(_mm_sub_ps(a, b), zero));
+    }
+    bad = static_cast<unsigned>(_mm_movemask_ps(acc));
+#endif
+    for (; i < v; ++i) {
+        bad |= static_cast<unsigned>(badProb(p[i])) | static_cast<unsigned>(badProb(q[i]));
+        const float d = p[i] - q[i];
+        dst[i] = d < 0.0f ? 0.0f : d;
+    }
+    return bad != 0;
+}
+
+// dst = float32(max(w * p - q, 0)) computed in float64. Returns true on an invalid entry.
+inline bool residualF64(const float* p, const float* q, double w, float* dst, int64_t v) {
+    int64_t i = 0;
+    unsigned bad = 0;
+#ifdef TRTSPEC_SSE2
+    const __m128 zero = _mm_setzero_ps(), big = _mm_set1_ps(3.4028234663852886e38f);
+    const __m128d wv = _mm_set1_pd(w), zerod = _mm_setzero_pd();
+    __m128 acc = _mm_setzero_ps();
+    for (; i + 4 <= v; i += 4) {
+        const __m128 a = _mm_loadu_ps(p + i), b = _mm_loadu_ps(q + i);
+        acc = _mm_or_ps(acc, _mm_or_ps(_mm_cmpnge_ps(a, zero), _mm_cmpgt_ps(a, big)));
+        acc = _mm_or_ps(acc, _mm_or_ps(_mm_cmpnge_ps(b, zero), _mm_cmpgt_ps(b, big)));
+        const __m128d lo = _mm_max_pd(_mm_sub_pd(_mm_mul_pd(wv, _mm_cvtps_pd(a)), _mm_cvtps_pd(b)), zerod);
+        const __m128d hi = _mm_max_pd(
+            _mm_sub_pd(_mm_mul_pd(wv, _mm_cvtps_pd(_mm_movehl_ps(a, a))), _mm_cvtps_pd(_mm_movehl_ps(b, b))), zerod);
+        _mm_storeu_ps(dst + i, _mm_movelh_ps(_mm_cvtpd_ps(lo), _mm_cvtpd_ps(hi)));
+    }
+    bad = static_cast<unsigned>(_mm_movemask_ps(acc));
+#endif
+    for (; i < v; ++i) {
+        bad |= static_cast<unsigned>(badProb(p[i])) | static_cast<unsigned>(badProb(q[i]));
+        const double d = w * static_cast<double>(p[i]) - static_cast<double>(q[i]);
+        dst[i] = static_cast<float>(d < 0.0 ? 0.0 : d);
+    }
+    return bad != 0;
+}
+
+// dst = float32(float64(src) / total) (dst may alias src).
+inline void divideInto(const float* src, float* dst, int64_t v, double total) {
+    int64_t i = 0;
+#ifdef TRTSPEC_SSE2
+    const __m128d t = _mm_set1_pd(total);
+    for (; i + 4 <= v; i += 4) {
+        const __m128 a = _mm_loadu_ps(src + i);
+        const __m128d lo = _mm_div_pd(_mm_cvtps_pd(a), t);
+        const __m128d hi = _mm_div_pd(_mm_cvtps_pd(_mm_movehl_ps(a, a)), t);
+        _mm_storeu_ps(dst + i, _mm_movelh_ps(_mm_cvtpd_ps(lo), _mm_cvtpd_ps(hi)));
+    }
+#endif
+    for (; i < v; ++i) dst[i] = static_cast<float>(static_cast<double>(src[i]) / total);
+}
+
 // seqSum that also checks every entry; false if one is NaN, Inf or negative.
 inline bool checkedSum(const float* w, int64_t v, double* total) {
-    double s = 0.0;
-    unsigned bad = 0;
-    for (int64_t i = 0; i < v; ++i) {
-        bad |= static_cast<unsigned>(badProb(w[i]));
-        s += static_cast<double>(w[i]);
-    }
-    *total = s;
-    return !bad;
+    if (anyBad(w, v)) return false;
+    *total = seqSum(w, v);
+    return true;
 }
 
 // Inverse-CDF sample from non-negative float32 weights w[0..v) with uniform u, as
 // reference._sample: the CDF is the sequential float64 prefix sum (stored in cdf[0..v)); the
 // sample is the first index whose prefix sum exceeds u * total (binary search: the prefix sums
-// never decrease), else the last index with positive weight. Returns -1 if an entry is invalid
-// and -2 if no weight is positive.
-inline int64_t sampleRow(const float* w, int64_t v, double u, double* cdf) {
+// never decrease), else the last index with positive weight. With check, entries are validated
+// first. Returns -1 if an entry is invalid and -2 if no weight is positive.
+inline int64_t sampleRow(const float* w, int64_t v, double u, double* cdf, bool check = true) {
+    if (check && anyBad(w, v)) return -1;
     double s = 0.0;
-    unsigned bad = 0;
     for (int64_t i = 0; i < v; ++i) {
-        bad |= static_cast<unsigned>(badProb(w[i]));
         s += static_cast<double>(w[i]);
         cdf[i] = s;
     }
-    if (bad) return -1;
     if (!(s > 0.0)) return -2;
     const double target = u * s;
     int64_t lo = 0, hi = v;  // first index in [lo, hi) with cdf > target; hi = none

@@ -14,17 +14,9 @@ namespace {
 // dst = float32(max(w * p - q, 0)) with float64 maths, *mass = sequential float64 sum of dst;
 // returns false on an invalid entry.
 inline bool residual(const float* p, const float* q, double w, float* dst, int64_t v, double* mass) {
-    unsigned bad = 0;
-    double s = 0.0;
-    for (int64_t i = 0; i < v; ++i) {
-        bad |= static_cast<unsigned>(detail::badProb(p[i])) | static_cast<unsigned>(detail::badProb(q[i]));
-        const double d = w * static_cast<double>(p[i]) - static_cast<double>(q[i]);
-        const float r = static_cast<float>(d < 0.0 ? 0.0 : d);
-        dst[i] = r;
-        s += static_cast<double>(r);
-    }
-    *mass = s;
-    return !bad;
+    if (detail::residualF64(p, q, w, dst, v)) return false;
+    *mass = detail::seqSum(dst, v);
+    return true;
 }
 
 }  // namespace
@@ -85,10 +77,9 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
             const double ub = eta(static_cast<uint64_t>(D));
             int64_t y;
             if (tau < D) {
-                double mass = 0.0;
-                if (!residual(target(tau), draft(tau), w[tau], buf.data(), vocab, &mass))
+                if (detail::residualF64(target(tau), draft(tau), w[tau], buf.data(), vocab))
                     return Status::kInvalidProbability;
-                y = detail::sampleRow(buf.data(), vocab, ub, cdf.data());
+                y = detail::sampleRow(buf.data(), vocab, ub, cdf.data(), /*check=*/false);
                 if (y == -2) y = detail::sampleRow(target(tau), vocab, ub, cdf.data());
             } else {
                 y = detail::sampleRow(target(D), vocab, ub, cdf.data());

@@ -11,37 +11,20 @@ namespace trtspec {
 namespace cpu {
 namespace {
 
-// One fused pass after a rejection of token x (the float64 sums are latency-bound sequential
-// chains, so the rest of the work in the loop is free):
-//   dst = max(p - q, 0) in float32 (dst may alias p), *sumP = sequential float64 sum of dst,
-//   and with WithoutReplacement *sumQ = sequential sum of q with q(x) = 0.
+// After a rejection of token x: dst = max(p - q, 0) (dst may alias p), *sumP = its sequential
+// float64 sum and, with withoutReplacement, *sumQ = the sequential sum of q with q(x) = 0.
 // Returns false if an entry of p or q is NaN, Inf or negative.
-template <bool WithoutReplacement>
-inline bool residual(const float* p, const float* q, float* dst, int64_t v, int64_t x, double* sumP, double* sumQ) {
-    unsigned bad = 0;
-    double sp = 0.0, sq = 0.0;
-    for (int64_t i = 0; i < v; ++i) {
-        bad |= static_cast<unsigned>(detail::badProb(p[i])) | static_cast<unsigned>(detail::badProb(q[i]));
-        float d = p[i] - q[i];
-        d = d < 0.0f ? 0.0f : d;
-        dst[i] = d;
-        sp += static_cast<double>(d);
-        if (WithoutReplacement) sq += i == x ? 0.0 : static_cast<double>(q[i]);
+inline bool residual(const float* p, const float* q, float* dst, int64_t v, int64_t x, bool withoutReplacement,
+                     double* sumP, double* sumQ) {
+    if (detail::residualF32(p, q, dst, v)) return false;
+    *sumP = detail::seqSum(dst, v);
+    if (withoutReplacement) {  // q(x) = 0.0 adds nothing: the sum of the entries before and after x
+        double s = 0.0;
+        for (int64_t i = 0; i < x; ++i) s += static_cast<double>(q[i]);
+        for (int64_t i = x + 1; i < v; ++i) s += static_cast<double>(q[i]);
+        *sumQ = s;
     }
-    *sumP = sp;
-    *sumQ = sq;
-    return !bad;
-}
-
-// dst = src / total (float64 division rounded to float32) with dst[zeroAt] = 0 first (zeroAt may
-// be -1); unchanged apart from that when total is not positive. dst may alias src.
-inline void normalizeInto(const float* src, float* dst, int64_t v, double total, int64_t zeroAt) {
-    if (total > 0.0) {
-        for (int64_t i = 0; i < v; ++i) dst[i] = static_cast<float>(static_cast<double>(src[i]) / total);
-    } else if (dst != src) {
-        std::copy(src, src + v, dst);
-    }
-    if (zeroAt >= 0) dst[zeroAt] = 0.0f;
+    return true;
 }
 
 }  // namespace
@@ -105,22 +88,24 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
                     }
                     // residual after a rejection: p <- normalize(max(p - q, 0))
                     double sumP = 0.0, sumQ = 0.0;
-                    const bool ok = siblingsWithoutReplacement
-                                        ? residual<true>(p, q, pbuf.data(), vocab, x, &sumP, &sumQ)
-                                        : residual<false>(p, q, pbuf.data(), vocab, x, &sumP, &sumQ);
-                    if (!ok) return Status::kInvalidProbability;
-                    normalizeInto(pbuf.data(), pbuf.data(), vocab, sumP, -1);
+                    if (!residual(p, q, pbuf.data(), vocab, x, siblingsWithoutReplacement, &sumP, &sumQ))
+                        return Status::kInvalidProbability;
+                    if (sumP > 0.0) detail::divideInto(pbuf.data(), pbuf.data(), vocab, sumP);
                     p = pbuf.data();
-                    if (siblingsWithoutReplacement) {  // q(x) <- 0; q <- normalize(q)
-                        // q(x) is zeroed before the division in the reference; x / total = 0 either way
-                        normalizeInto(q, qbuf.data(), vocab, sumQ, x);
+                    if (siblingsWithoutReplacement) {  // q(x) <- 0; q <- normalize(q) (unless its sum is 0)
+                        if (sumQ > 0.0) {
+                            detail::divideInto(q, qbuf.data(), vocab, sumQ);
+                        } else if (q != qbuf.data()) {
+                            std::copy(q, q + vocab, qbuf.data());
+                        }
+                        qbuf[x] = 0.0f;
                         q = qbuf.data();
                     }
                 }
             }
             // bonus ~ p; if rounding emptied the residual, ~ the target row of the last accepted node
             const double ub = uniform(seed, offset, static_cast<uint64_t>(b), k);
-            int64_t y = detail::sampleRow(p, vocab, ub, cdf.data());
+            int64_t y = detail::sampleRow(p, vocab, ub, cdf.data(), /*check=*/p != pbuf.data());
             const float* target = row(targetProbs, u);
             if (y == -2 && p != target) y = detail::sampleRow(target, vocab, ub, cdf.data());
             if (y < 0) return Status::kInvalidProbability;
