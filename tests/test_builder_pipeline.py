@@ -168,8 +168,14 @@ def test_failure_in_a_stage_leaves_no_bundle_and_rerun_reuses_cache(tmp_path, pa
     assert any("reused cached checkpoint" in s for s in res.summaries)
     assert json.loads((res.out / "manifest.json").read_text())["cache"]["target"].startswith("reused")
     assert tensors(res.out / "target")["model.layers.0.mlp.down_proj.weight"][0] == "F8_E4M3"
+    # a rebuild onto the existing bundle swaps it atomically and leaves nothing beside it
+    (res.out / "stale.txt").write_text("from the previous bundle")
+    res = run(tmp_path, target, draft, quant="fp8")
+    assert not (res.out / "stale.txt").exists() and (res.out / "manifest.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "cache"]
 
 
+@pytest.mark.slow  # a real subprocess: ~25-45 s on 2 shared cores (imports dominate)
 def test_sigint_mid_build_leaves_no_bundle(tmp_path, pair):
     target, draft = pair
     out = tmp_path / "bundle"
