@@ -250,12 +250,19 @@ def test_prometheus_counters_follow_requests(server, pipeline):
     assert delta[f'trtspec_requests_total{{{label},outcome="failure"}}'] == 1
 
 
-def test_cancelled_stream_leaves_the_batch(server, pipeline):
+def test_cancelled_stream_leaves_the_batch(server):
     """A client that cancels its stream has its request dropped from the batch (not run to the end)."""
     import tritonclient.grpc as grpcclient
 
-    long = [p for p, g in zip(PROMPTS[:16], pipeline.generate(PROMPTS[:16], max_new_tokens=256))
-            if len(g.token_ids) == 256]
+    label = f'model="{MODEL}"'
+    tokens_key = f"trtspec_output_tokens_total{{{label}}}"
+    long = None
+    for prompt in PROMPTS[:16]:  # a prompt whose greedy output runs to the full 256 tokens (no stop token)
+        before = _counters(server)
+        _generate(server, {"text_input": prompt, "sampling_param_max_tokens": 256})
+        if _counters(server)[tokens_key] - before[tokens_key] == 256:
+            long = [prompt]
+            break
     assert long, "no prompt runs to 256 tokens"
     before = _counters(server)
     got: queue.Queue = queue.Queue()
@@ -272,7 +279,6 @@ def test_cancelled_stream_leaves_the_batch(server, pipeline):
     assert error is None and result.as_numpy("text_output") is not None
     client.stop_stream(cancel_requests=True)
     client.close()
-    label = f'model="{MODEL}"'
     key = f'trtspec_requests_total{{{label},outcome="cancelled"}}'
     deadline = time.monotonic() + 30
     while _counters(server).get(key, 0.0) - before.get(key, 0.0) < 1 and time.monotonic() < deadline:

@@ -5,10 +5,11 @@
   ``step()`` while there is work, and hands each request's new tokens to that request's callback.
 * :class:`TrtllmBackend`: ``tensorrt_llm.LLM`` built from the bundle's ``llm_api.yaml`` (GPU).
 
-Both take a validated :class:`~trtspec.triton.protocol.GenerationRequest` and a callback
-``emit(Chunk)`` that is called from a backend thread: pieces of text while streaming, then exactly
-one chunk with ``final=True`` (carrying an ``error`` when the request failed). A failure of one
-request never stops the backend.
+Both take a validated :class:`~trtspec.triton.protocol.GenerationRequest`, a callback
+``emit(Chunk)`` that is called from a backend thread (pieces of text while streaming, then exactly
+one chunk with ``final=True``, carrying an ``error`` when the request failed) and optionally
+``cancelled() -> bool`` (the client went away: the request is dropped from the batch). A failure
+of one request never stops the backend.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ class _Active:
     emit: Emit
     text: IncrementalText
     new_tokens: int = 0
+    cancelled: Callable[[], bool] | None = None
 
 
 class ReferenceBackend:
@@ -100,7 +102,11 @@ class ReferenceBackend:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)
 
-    def submit(self, request: GenerationRequest, emit: Emit) -> None:
+    #: Steps between polls of the requests' ``cancelled()`` (each poll asks the server).
+    CANCEL_POLL_STEPS = 4
+
+    def submit(self, request: GenerationRequest, emit: Emit,
+               cancelled: Callable[[], bool] | None = None) -> None:
         """Queue a request; :class:`RequestError` (before queueing) for a prompt that is too long."""
         if request.temperature > 0 and self.pipeline.spec.verify == "greedy":
             raise RequestError(f"sampling_param_temperature: this model verifies greedily; expected 0, got "
@@ -118,7 +124,8 @@ class ReferenceBackend:
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the model is shutting down")
-            self._queue.append((rid, prompt_ids, _Active(request, emit, IncrementalText(self.decode))))
+            self._queue.append((rid, prompt_ids, _Active(request, emit, IncrementalText(self.decode),
+                                                         cancelled=cancelled)))
             self._cond.notify()
 
     def shutdown(self, timeout: float = 10.0) -> None:
@@ -159,7 +166,20 @@ class ReferenceBackend:
                 continue
             self._active[rid] = active
 
+    def _drop_cancelled(self) -> None:
+        for rid, active in list(self._active.items()):
+            try:
+                gone = active.cancelled is not None and active.cancelled()
+            except Exception:
+                log.exception("cancellation check failed")
+                gone = False
+            if gone:
+                self.engine.abort(rid)
+                del self._active[rid]
+                self._send(active, Chunk(text="", final=True, error="request cancelled by the client", cancelled=True))
+
     def _loop(self) -> None:
+        steps = 0
         while True:
             with self._cond:
                 while not self._stopping and not self._queue and not self._active:
@@ -167,8 +187,11 @@ class ReferenceBackend:
                 if self._stopping:
                     return
                 self._admit()
+            if steps % self.CANCEL_POLL_STEPS == 0:
+                self._drop_cancelled()
             if not self._active:
                 continue
+            steps += 1
             try:
                 outputs = self.engine.step()
             except Exception as e:  # fail the batch, keep serving with a fresh engine
@@ -228,7 +251,7 @@ class TrtllmBackend:
         self._thread = threading.Thread(target=self._loop.run_forever, name="trtllm-loop", daemon=True)
         self._thread.start()
 
-    def submit(self, request: GenerationRequest, emit: Emit) -> None:
+    def submit(self, request: GenerationRequest, emit: Emit, cancelled: Callable[[], bool] | None = None) -> None:
         import asyncio
 
         asyncio.run_coroutine_threadsafe(self._run(request, emit), self._loop)

@@ -226,6 +226,7 @@ class Chunk:
     draft_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None
+    cancelled: bool = False
 
     @property
     def acceptance_rate(self) -> float:

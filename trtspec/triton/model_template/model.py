@@ -39,7 +39,7 @@ class _TritonLog(logging.Handler):
 
 #: Prometheus counters this model adds to Triton's /metrics (name -> help).
 METRICS = {
-    "trtspec_requests_total": "Requests finished, by outcome (success | failure)",
+    "trtspec_requests_total": "Requests finished, by outcome (success | failure | cancelled)",
     "trtspec_output_tokens_total": "Generated tokens of successful requests",
     "trtspec_draft_tokens_total": "Draft tokens proposed for successful requests",
     "trtspec_accepted_draft_tokens_total": "Draft tokens accepted for successful requests",
@@ -58,7 +58,7 @@ class _Counters:
         labels = {"model": model_name}
         for name, family in self._families.items():
             if name == "trtspec_requests_total":
-                for outcome in ("success", "failure"):
+                for outcome in ("success", "failure", "cancelled"):
                     self.metrics[(name, outcome)] = family.Metric(labels=dict(labels, outcome=outcome))
             else:
                 self.metrics[(name, None)] = family.Metric(labels=labels)
@@ -97,7 +97,8 @@ class TritonPythonModel:
                     if tensor is not None:
                         inputs[name] = tensor.as_numpy()
                 parsed = parse_request(inputs, self.settings)
-                self.backend.submit(parsed, partial(self._respond, sender, parsed.perf_metrics))
+                self.backend.submit(parsed, partial(self._respond, sender, parsed.perf_metrics),
+                                    cancelled=getattr(request, "is_cancelled", None))
             except RequestError as e:
                 self._fail(sender, str(e))
             except Exception as e:  # an unexpected failure still ends only this request
@@ -108,14 +109,14 @@ class TritonPythonModel:
     def _shape(self):
         return (1, 1) if self.batched else (1,)
 
-    def _fail(self, sender, message):
-        self.counters.add("trtspec_requests_total", 1, "failure")
+    def _fail(self, sender, message, outcome="failure"):
+        self.counters.add("trtspec_requests_total", 1, outcome)
         sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)), flags=_FINAL)
 
     def _respond(self, sender, perf_metrics, chunk):
         """Send one chunk (called from a backend thread)."""
         if chunk.error is not None:
-            self._fail(sender, chunk.error)
+            self._fail(sender, chunk.error, "cancelled" if chunk.cancelled else "failure")
             return
         shape = self._shape()
         tensors = [pb_utils.Tensor("text_output", np.array([chunk.text.encode("utf-8")], dtype=np.object_).reshape(shape))]
