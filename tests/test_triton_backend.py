@@ -176,3 +176,17 @@ def test_trtllm_backend_glue(tmp_path, monkeypatch):
     chunks = _run(failing, [GenerationRequest("p", 8, stream=True), GenerationRequest("q", 8)])
     assert all(cs[-1].error == "generation failed: RuntimeError: device lost" for cs in chunks)
     failing.shutdown()
+
+
+def test_quantized_bundle_is_refused_with_a_way_out(tmp_path):
+    import json
+
+    from trtspec.triton.bundle import BundleError, BundleLayout
+    from trtspec.triton.protocol import ModelSettings
+
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}}))
+    layout = BundleLayout(root=tmp_path, target=tmp_path / "target", draft=None, drafter="ngram", draft_len=3)
+    with pytest.raises(BundleError, match=r"target checkpoint .* is quantized \(FP8\).*--quant none"):
+        ReferenceBackend(layout, ModelSettings(bundle=tmp_path))

@@ -50,6 +50,24 @@ def _stat(stats, *names: str) -> int:
     return 0
 
 
+def _refuse_quantized(bundle: BundleLayout) -> None:
+    """The trtspec runtime runs unquantized checkpoints only; say so instead of loading scaled weights raw."""
+    import json
+
+    from trtspec.triton.bundle import BundleError
+
+    for role, path in (("target", bundle.target), ("draft", bundle.draft)):
+        if path is None or not (path / "config.json").is_file():
+            continue
+        quant = json.loads((path / "config.json").read_text()).get("quantization_config")
+        if quant:
+            algo = quant.get("quant_algo") or quant.get("quant_method") or "quantized"
+            raise BundleError(
+                f"bundle: the {role} checkpoint {path} is quantized ({algo}); the trtspec runtime runs unquantized "
+                "checkpoints only. Serve this bundle with TensorRT-LLM on a GPU (backend: tensorrt_llm), or build "
+                "one for CPU serving with `trtspec build --quant none`.")
+
+
 @dataclass
 class _Active:
     request: GenerationRequest
@@ -69,6 +87,7 @@ class ReferenceBackend:
 
         from trtspec.runtime import load_pipeline
 
+        _refuse_quantized(bundle)
         device = settings.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
