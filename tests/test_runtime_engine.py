@@ -234,3 +234,28 @@ def test_compiled_ops_and_reference_give_the_same_run(dirs, monkeypatch):
             runs[backend, verify] = p.generate_ids([[1, 2, 3], [7] * 5], max_new_tokens=8, temperature=t, seed=3)
     for verify in ("sample", "block", "greedy"):
         assert [o for o, _ in runs["compiled", verify]] == [o for o, _ in runs["reference", verify]]
+
+
+def test_ngram_lookup_takes_latest_longest_match():
+    from trtspec.runtime.drafters.ngram import lookup
+
+    assert lookup([1, 2, 3, 9, 1, 2, 3, 7, 2, 3], 3) == [7, 2, 3]     # suffix (2,3) -> latest earlier match
+    assert lookup([5, 1, 2, 8, 8, 1, 2], 2) == [8, 8]                  # 3-gram absent, 2-gram (1,2) found
+    assert lookup([4, 5, 6], 3) == []                                  # nothing repeats
+    assert lookup([1, 2, 1, 2], 5) == [1, 2]                           # the continuation may run to the end
+    assert lookup([1, 1, 1], 0) == []
+
+
+def test_cli_schedule_option(dirs):
+    from click.testing import CliRunner
+
+    from trtspec.cli.generate import generate
+
+    args = ["--target", str(dirs["target"]), "--draft", str(dirs["draft"]), "--max-new-tokens", "5", "--json"]
+    res = CliRunner().invoke(generate, args + ["--draft-len-schedule", "1:3", "a", "b"])   # B=2 > 1 -> D=0
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["stats"]["draft_tokens"] == 0
+    res = CliRunner().invoke(generate, args + ["--draft-len-schedule", "2:3", "a", "b"])
+    assert json.loads(res.output)["stats"]["draft_tokens"] > 0
+    res = CliRunner().invoke(generate, args + ["--draft-len-schedule", "2-3", "a"])
+    assert res.exit_code == 2 and "BATCH:D" in res.output

@@ -30,6 +30,17 @@ def _read_batch_file(path: Path) -> list[str]:
     return prompts
 
 
+def _parse_schedule(text: str | None) -> dict[int, int] | None:
+    """``"4:4,8:2"`` -> ``{4: 4, 8: 2}``."""
+    if not text:
+        return None
+    try:
+        return {int(k): int(v) for k, v in (item.split(":") for item in text.replace(" ", "").split(","))}
+    except ValueError:
+        raise click.BadParameter(f"expected 'BATCH:D,BATCH:D,...', got {text!r}",
+                                 param_hint="--draft-len-schedule") from None
+
+
 def _default_pair() -> tuple[Path, Path]:
     try:
         from trtspec.zoo import demo_paths
@@ -54,6 +65,9 @@ def _default_pair() -> tuple[Path, Path]:
 @click.option("--draft-len", "draft_len", type=int, default=_P.draft_len, show_default=True,
               help="D: draft tokens per step for a chain (0 = no speculation).")
 @click.option("--tree", help="Top-k tree instead of a chain: 'topk=K,depth=L'.")
+@click.option("--draft-len-schedule", "schedule",
+              help="Batch size -> D, TensorRT-LLM semantics, e.g. '4:4,8:2,32:1' (batch 1-4: 4, 5-8: 2, 9-32: 1, "
+                   "above: 0). Overrides --draft-len.")
 @click.option("--verify", type=click.Choice(VERIFY_METHODS),
               help="Verification: greedy (default at temperature 0), sample (default above 0), block (chains).")
 @click.option("--temperature", type=float, default=_S.temperature, show_default=True, help="0 = greedy.")
@@ -66,7 +80,7 @@ def _default_pair() -> tuple[Path, Path]:
 @click.option("--device", default="cpu", show_default=True, help="cpu | cuda | cuda:N.")
 @click.option("--threads", type=int, default=0, show_default=True, help="CPU threads for torch (0 = torch's default).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (texts and metrics) instead of tables.")
-def generate(prompts, target, draft, drafter, draft_len, tree, verify, temperature, top_k, top_p, max_new_tokens,
+def generate(prompts, target, draft, drafter, draft_len, tree, schedule, verify, temperature, top_k, top_p, max_new_tokens,
              seed, batch_file, device, threads, as_json):
     """Generate text for PROMPTS with speculative decoding and print the metrics (AL, tokens/s)."""
     all_prompts = list(prompts) + (_read_batch_file(batch_file) if batch_file else [])
@@ -94,7 +108,7 @@ def generate(prompts, target, draft, drafter, draft_len, tree, verify, temperatu
 
     try:
         pipe = load_pipeline(target, draft, drafter=drafter, draft_len=draft_len, tree=tree, verify=verify,
-                             device=device, seed=seed)
+                             draft_len_schedule=_parse_schedule(schedule), device=device, seed=seed)
     except (ValueError, ModelFormatError) as e:
         raise click.UsageError(str(e)) from None
     with _progress(as_json, len(all_prompts) * max_new_tokens) as advance:

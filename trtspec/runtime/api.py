@@ -59,10 +59,13 @@ class _NoDrafter(Drafter):
 
     name = "none"
 
+    def __init__(self, device="cpu"):
+        self.device = torch.device(device)
+
     def propose(self, reqs, depths, branching, mode):
         from trtspec.runtime.drafters.base import chain_proposal
 
-        return chain_proposal(torch.tensor([r.tokens[-1] for r in reqs]))
+        return chain_proposal(torch.tensor([r.tokens[-1] for r in reqs], device=self.device))
 
     def can_draft(self, req):
         return False
@@ -92,7 +95,7 @@ class Pipeline:
     def without_speculation(self) -> "Pipeline":
         """The same target and tokenizer with no drafter (D = 0): the baseline for speed comparisons."""
         base = dataclasses.replace(self.spec, draft_len=0, tree=None, draft_len_schedule=None)
-        return Pipeline(self.target, _NoDrafter(), base, self.tokenizer, self.stop_token_ids, self.target_dir)
+        return Pipeline(self.target, _NoDrafter(self.target.lm_head.weight.device), base, self.tokenizer, self.stop_token_ids, self.target_dir)
 
     def params(self, **kw) -> SamplingParams:
         """SamplingParams with this pipeline's stop tokens."""
@@ -198,7 +201,7 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
 
         d: Drafter = NgramDrafter(device=device)
     elif draft is None:
-        d = _NoDrafter()
+        d = _NoDrafter(device)
     elif drafter == "draft_model":
         from trtspec.runtime.drafters.draft_model import DraftModelDrafter
 

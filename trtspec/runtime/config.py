@@ -149,15 +149,16 @@ def read_model_config(model_dir: str | Path) -> ModelConfig:
             f"{', '.join(SUPPORTED_ARCHITECTURES)} (and {', '.join(EAGLE3_ARCHITECTURES)} as an eagle3 draft)")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ModelFormatError(f"{model_dir}: hidden_act {cfg['hidden_act']!r} is not supported (expected 'silu')")
-    window = cfg.get("sliding_window")
-    if window and cfg.get("use_sliding_window", arch == "MistralForCausalLM") and window < cfg.get(
-            "max_position_embeddings", 0):
-        raise ModelFormatError(f"{model_dir}: sliding-window attention (window {window}) is not supported")
     switches = dict(SUPPORTED_ARCHITECTURES[arch])
     if cfg.get("attention_bias"):
         switches["qkv_bias"] = True
+    fields = _common_fields(cfg)
+    window = cfg.get("sliding_window")
+    if window and cfg.get("use_sliding_window", arch == "MistralForCausalLM"):
+        # full attention equals sliding-window attention while the sequence fits the window
+        fields["max_position_embeddings"] = min(fields["max_position_embeddings"], int(window))
     return ModelConfig(architecture=arch, tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                       **switches, **_common_fields(cfg))
+                       **switches, **fields)
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,6 @@ class Engine:
             raise ValueError(f"max_seq_len must be in 2..{ctx} (the target's context), got {max_seq_len}")
         if spec.tree is not None and spec.tree.topk > drafter.max_branching:
             raise ValueError(f"drafter {drafter.name!r} proposes chains only; got tree topk={spec.tree.topk}")
-        if spec.verify == "block" and drafter.max_branching > 1 and spec.branching > 1:
-            raise ValueError("verify='block' needs a chain")
         self.target, self.drafter, self.spec = target, drafter, spec
         self.max_batch_size = max_batch_size
         self.max_seq_len = max_seq_len or ctx
@@ -227,19 +225,19 @@ class Engine:
             return ops().verify_sample(prop.tokens, parents32, target_probs, prop.draft_probs, spec.seed,
                                        self.step_count, spec.siblings_without_replacement, nodes32, max_depth)
         # block verification: chains; one call per distinct chain length
-        B = len(reqs)
-        acc = torch.zeros(B, dtype=torch.int32)
-        bonus = torch.zeros(B, dtype=torch.int64)
-        path = torch.full((B, max_depth + 1), -1, dtype=torch.int32)
+        B, dev = len(reqs), logits.device
+        acc = torch.zeros(B, dtype=torch.int32, device=dev)
+        bonus = torch.zeros(B, dtype=torch.int64, device=dev)
         for n in sorted(set(prop.num_nodes.tolist())):
             idx = (prop.num_nodes == n).nonzero().flatten()
-            d = n - 1
-            a, bo = ops().verify_block(prop.tokens[idx, 1:n], target_probs[idx, :n], prop.draft_probs[idx, :d],
-                                       spec.seed, self.step_count * 4096 + d)
-            acc[idx.cpu()], bonus[idx.cpu()] = a.cpu(), bo.cpu()
-            for j, i in enumerate(idx.tolist()):
-                path[i, : int(a[j]) + 1] = torch.arange(int(a[j]) + 1, dtype=torch.int32)
-        return acc, path, bonus
+            d = n - 1                                 # offsets differ per chain length within a step
+            acc[idx], bonus[idx] = ops().verify_block(
+                prop.tokens[idx, 1:n].contiguous(), target_probs[idx, :n].contiguous(),
+                prop.draft_probs[idx, :d].contiguous(), spec.seed, self.step_count * 4096 + d)
+        # a chain's accepted path is nodes 0..acc
+        steps = torch.arange(max_depth + 1, dtype=torch.int32, device=dev)
+        path = torch.where(steps[None] <= acc[:, None], steps[None], torch.full_like(steps, -1)[None])
+        return acc, path.contiguous(), bonus
 
     def _commit(self, reqs, prop, acc, path, bonus, new_lens, aux):
         """Append accepted tokens + bonus, update drafter state, apply stop rules and stats."""

@@ -19,19 +19,6 @@ def unpack_mask(packed: torch.Tensor, n: int) -> torch.Tensor:
     return ((words >> (j % 32)) & 1).bool()
 
 
-def ancestors(parents: torch.Tensor) -> torch.Tensor:
-    """bool ``[B, N, N]``: ``anc[b, i, j]`` iff j is i or an ancestor of i (parents as in the ops)."""
-    B, N = parents.shape
-    anc = torch.zeros(B, N, N, dtype=torch.bool, device=parents.device)
-    rows = torch.arange(B, device=parents.device)
-    for i in range(N):                                # topological order: anc(i) = anc(parent) + {i}
-        p = parents[:, i].clamp(min=0)
-        if i > 0:
-            anc[:, i] = anc[rows, p]
-        anc[:, i, i] = True
-    return anc
-
-
 def causal(T: int, device=None) -> torch.Tensor:
     """bool ``[1, T, T]`` lower-triangular (a chain)."""
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()[None]
