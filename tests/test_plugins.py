@@ -218,3 +218,26 @@ def test_plugin_sources_compile_against_public_tensorrt_headers(headers):
     for src in sorted(PLUGINS.rglob("*.cpp")):
         proc = subprocess.run(_compile_command(src, headers), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{src} against {headers}:\n{proc.stderr[-4000:]}"
+
+
+@pytest.mark.tensorrt
+@pytest.mark.skipif(not _header_sets(),
+                    reason=f"public TensorRT headers not found in {TRT_HEADERS} (set TRTSPEC_TRT_HEADERS)")
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize("headers", _header_sets(), ids=lambda p: str(p.parent.name))
+def test_plugin_plumbing_host_test_passes(headers, tmp_path):
+    """plugins/tests/pluginHostTest.cpp: creators, serialization, dtypes, shapes, shape-check
+    messages, workspace and the arguments enqueue hands to the launchers (stubbed; no GPU)."""
+    cuda_include = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+    if not (cuda_include / "cuda_runtime_api.h").is_file():
+        pytest.skip(f"CUDA headers not found in {cuda_include}")
+    exe = tmp_path / "pluginHostTest"
+    cmd = ["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-isystem", str(headers), "-isystem", str(cuda_include),
+           "-I", str(ROOT / "cpp" / "include"), "-I", str(ROOT / "cpp" / "src"), "-I", str(PLUGINS),
+           str(PLUGINS / "tests" / "pluginHostTest.cpp"), *map(str, sorted(PLUGINS.glob("trtSpec*/*Plugin.cpp"))),
+           "-o", str(exe)]
+    build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "all checks passed" in run.stdout
