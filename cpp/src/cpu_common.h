@@ -198,6 +198,8 @@ inline bool checkedSum(const float* w, int64_t v, double* total) {
 // sample is the first index whose prefix sum exceeds u * total (binary search: the prefix sums
 // never decrease), else the last index with positive weight. With check, entries are validated
 // first. Returns -1 if an entry is invalid and -2 if no weight is positive.
+inline int64_t searchCdf(const float* w, const double* cdf, int64_t v, double u);
+
 inline int64_t sampleRow(const float* w, int64_t v, double u, double* cdf, bool check = true) {
     if (check && anyBad(w, v)) return -1;
     double s = 0.0;
@@ -205,6 +207,12 @@ inline int64_t sampleRow(const float* w, int64_t v, double u, double* cdf, bool 
         s += static_cast<double>(w[i]);
         cdf[i] = s;
     }
+    return searchCdf(w, cdf, v, u);
+}
+
+// The sampling half of sampleRow, given cdf[0..v) of w already.
+inline int64_t searchCdf(const float* w, const double* cdf, int64_t v, double u) {
+    const double s = cdf[v - 1];
     if (!(s > 0.0)) return -2;
     const double target = u * s;
     int64_t lo = 0, hi = v;  // first index in [lo, hi) with cdf > target; hi = none

@@ -11,11 +11,15 @@ namespace trtspec {
 namespace cpu {
 namespace {
 
-// dst = float32(max(w * p - q, 0)) with float64 maths, *mass = sequential float64 sum of dst;
-// returns false on an invalid entry.
-inline bool residual(const float* p, const float* q, double w, float* dst, int64_t v, double* mass) {
+// dst = float32(max(w * p - q, 0)) with float64 maths and cdf = its sequential float64 prefix
+// sums (cdf[v-1] = the residual mass); returns false on an invalid entry.
+inline bool residual(const float* p, const float* q, double w, float* dst, double* cdf, int64_t v) {
     if (detail::residualF64(p, q, w, dst, v)) return false;
-    *mass = detail::seqSum(dst, v);
+    double s = 0.0;
+    for (int64_t i = 0; i < v; ++i) {
+        s += static_cast<double>(dst[i]);
+        cdf[i] = s;
+    }
     return true;
 }
 
@@ -58,17 +62,19 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
             }
             // tau = largest i in 1..D with eta_i <= h_i; h_D = w_D, h_i = |r_i| / (|r_i| + 1 - w_i)
             int32_t tau = 0;
+            bool haveResidual = false;  // buf/cdf hold r_tau and its prefix sums
             if (D >= 1 && eta(D - 1) <= w[D]) {
                 tau = D;
             } else {
                 for (int32_t i = D - 1; i >= 1; --i) {
-                    double mass = 0.0;
-                    if (!residual(target(i), draft(i), w[i], buf.data(), vocab, &mass))
+                    if (!residual(target(i), draft(i), w[i], buf.data(), cdf.data(), vocab))
                         return Status::kInvalidProbability;
+                    const double mass = cdf[vocab - 1];
                     const double den = mass + 1.0 - w[i];
                     const double h = den > 0.0 ? mass / den : 1.0;
                     if (eta(i - 1) <= h) {
                         tau = i;
+                        haveResidual = true;
                         break;
                     }
                 }
@@ -77,9 +83,9 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
             const double ub = eta(static_cast<uint64_t>(D));
             int64_t y;
             if (tau < D) {
-                if (detail::residualF64(target(tau), draft(tau), w[tau], buf.data(), vocab))
+                if (!haveResidual && !residual(target(tau), draft(tau), w[tau], buf.data(), cdf.data(), vocab))
                     return Status::kInvalidProbability;
-                y = detail::sampleRow(buf.data(), vocab, ub, cdf.data(), /*check=*/false);
+                y = detail::searchCdf(buf.data(), cdf.data(), vocab, ub);
                 if (y == -2) y = detail::sampleRow(target(tau), vocab, ub, cdf.data());
             } else {
                 y = detail::sampleRow(target(D), vocab, ub, cdf.data());
