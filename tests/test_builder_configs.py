@@ -36,6 +36,7 @@ class FakeRecipe:
 
 def _opts(drafter="draft_model", **kw):
     draft = Path("d") if drafter in ("draft_model", "eagle3", "dflash", "dspark") else None
+    kw.setdefault("max_seq_len", 4096)
     return BuildOptions(target=Path("t"), draft=draft, drafter=drafter, **kw)
 
 

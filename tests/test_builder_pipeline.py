@@ -142,6 +142,8 @@ def test_ngram_build_has_no_draft(tmp_path, pair):
     assert not (res.out / "draft").exists()
     spec = validate_llm_api_yaml(res.out / "llm_api.yaml").speculative_config
     assert spec.decoding_type == "NGram" and spec.max_concurrency == 48 and spec.speculative_model is None
+    # --max-seq-len defaults to the target's max_position_embeddings (512) when that is below 4096
+    assert validate_llm_api_yaml(res.out / "llm_api.yaml").max_seq_len == 512
 
 
 def test_failure_in_a_stage_leaves_no_bundle_and_rerun_reuses_cache(tmp_path, pair, monkeypatch):

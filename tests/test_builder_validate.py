@@ -171,3 +171,8 @@ def _cli():
     from trtspec.cli import main
 
     return main
+
+
+def test_max_seq_len_beyond_the_model(tmp_path, models):
+    with pytest.raises(BuildInputError, match=r"--max-seq-len 8192 exceeds the target's max_position_embeddings \(512\)"):
+        build(tmp_path, target=models["target"], drafter="ngram", max_seq_len=8192)

@@ -45,7 +45,8 @@ class BuildOptions(BaseModel):
     gpu: str = Field(default="h200", description="GPU the recipe is planned for (recipe catalog name).")
     tp: PositiveInt = Field(default=1, description="Tensor-parallel size.")
     max_batch_size: PositiveInt = Field(default=256, description="Largest batch the server runs.")
-    max_seq_len: PositiveInt = Field(default=4096, description="Prompt + output tokens per request.")
+    max_seq_len: Optional[PositiveInt] = Field(default=None, description="Prompt + output tokens per request "
+                                               "(None: min(4096, the target's max_position_embeddings)).")
     recipe: str = Field(default="auto", description="auto (plan now), a recipe YAML file, or a recipe-book name.")
     acceptance: Optional[str] = Field(default=None, description="Acceptance profile JSON or prior:NAME "
                                       "(default for the demo: its shipped acceptance.json).")
@@ -66,7 +67,7 @@ class BuildOptions(BaseModel):
         if self.draft_quant != "none" and self.drafter != "draft_model":
             raise ValueError(f"--draft-quant applies to --drafter draft_model only; the {self.drafter} draft is "
                              "bundled as exported by Model-Optimizer's speculative export")
-        if self.calib_seq_len > self.max_seq_len:
+        if self.max_seq_len is not None and self.calib_seq_len > self.max_seq_len:
             raise ValueError(f"--calib-seq-len ({self.calib_seq_len}) exceeds --max-seq-len ({self.max_seq_len})")
         return self
 

@@ -191,6 +191,8 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
                 raise e.cause from None
             raise
         vi = state["vi"]
+        opts = opts.model_copy(update={"max_seq_len": vi.max_seq_len,
+                                       "calib_seq_len": min(opts.calib_seq_len, vi.max_seq_len)})
 
         def s_recipe(adv):
             recipe = recipe_resolver(opts.recipe, **_recipe_kwargs(opts))

@@ -66,6 +66,7 @@ class ValidatedInputs:
     draft: Optional[Checkpoint]
     notes: list[str] = field(default_factory=list)
     draft_layer_ids: Optional[list[int]] = None  # eagle3 capture layers / dflash, dspark target_layer_ids
+    max_seq_len: int = 4096  # --max-seq-len, or min(4096, the target's max_position_embeddings)
 
 
 def read_safetensors_header(path: Path) -> dict:
@@ -288,6 +289,14 @@ def validate(opts: BuildOptions) -> ValidatedInputs:
                               "heads do not split evenly")
     draft = None
     vi = ValidatedInputs(target=target, draft=None)
+    limit = target.config.get("max_position_embeddings")
+    if opts.max_seq_len is not None:
+        if limit and opts.max_seq_len > limit:
+            raise BuildInputError(f"--max-seq-len {opts.max_seq_len} exceeds the target's max_position_embeddings "
+                                  f"({limit})")
+        vi.max_seq_len = opts.max_seq_len
+    elif limit:
+        vi.max_seq_len = min(4096, int(limit))
     if opts.drafter in DRAFTERS_WITH_DRAFT:
         if opts.draft is None:
             raise BuildInputError(f"--draft is required for --drafter {opts.drafter}")
