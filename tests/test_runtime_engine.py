@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from runtime_fixtures import byte_tokenizer, make_eagle3, make_model, single_thread  # noqa: F401
 from trtspec.runtime import load_pipeline

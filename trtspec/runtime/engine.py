@@ -158,53 +158,65 @@ class Engine:
         budget = min(r.params.max_new_tokens - r.generated, self.max_seq_len - len(r.tokens)) - 1
         return max(0, min(D, budget)) if self.drafter.can_draft(r) else 0
 
-    @torch.no_grad()
-    def step(self) -> list[StepOutput]:
-        """Advance every running request by one target step (admitting waiting ones first)."""
-        t0 = time.perf_counter()
-        self._admit()
-        reqs = list(self.running)
-        if not reqs:
-            return []
-        spec, dev = self.spec, self.device
-        sampled = spec.verify != "greedy"
-        gen = None
-        if sampled:
-            gen = torch.Generator(device=dev).manual_seed((spec.seed * 1_000_003 + self.step_count) % (1 << 63))
-        D = spec.depth_for_batch(len(reqs))
-        depths = [self._depth(r, D) for r in reqs]
-        mode = DraftMode(sample=sampled, without_replacement=spec.siblings_without_replacement, generator=gen)
-        prop = self.drafter.propose(reqs, depths, spec.branching, mode)
-        t1 = time.perf_counter()
+    def _draft_mode(self) -> DraftMode:
+        """Greedy drafting for greedy verification; else sampling with this step's random stream."""
+        spec = self.spec
+        if spec.verify == "greedy":
+            return DraftMode(sample=False)
+        gen = torch.Generator(device=self.device).manual_seed((spec.seed * 1_000_003 + self.step_count) % (1 << 63))
+        return DraftMode(sample=True, without_replacement=spec.siblings_without_replacement, generator=gen)
 
-        # target forward over the trees: node i at slot cache_len + i, position cache_len + depth(i)
-        B, N = prop.tokens.shape
+    def _score(self, reqs, prop):
+        """One target forward over every request's tree -> (logits float32 ``[B, N, V]``, aux or None).
+
+        Node i of request b goes to cache slot ``cache_len[b] + i`` at position ``cache_len[b] + depth(i)``
+        and attends to the committed prefix plus its ancestors (the packed mask of ``tree_metadata``).
+        """
+        dev, N = self.device, prop.tokens.shape[1]
         rows = torch.tensor([r.row for r in reqs], device=dev)
         cache_lens = torch.tensor([r.cache_len for r in reqs], dtype=torch.int64, device=dev)
-        parents32, nodes32 = prop.parents.to(torch.int32), prop.num_nodes.to(torch.int32)
-        packed, depth, _, _ = ops().tree_metadata(parents32, nodes32)
+        packed, depth, _, _ = ops().tree_metadata(prop.parents.to(torch.int32), prop.num_nodes.to(torch.int32))
         node = torch.arange(N, device=dev)
-        visible = masks.unpack_mask(packed, N) | torch.eye(N, dtype=torch.bool, device=dev)
+        visible = masks.unpack_mask(packed, N) | torch.eye(N, dtype=torch.bool, device=dev)   # padding sees itself
         valid = node[None] < prop.num_nodes[:, None]
         positions, write_idx, mask = masks.block_inputs(
             cache_lens, visible, valid, cache_lens[:, None] + node, cache_lens[:, None] + depth.long(), self.slots)
         hidden, aux = self.target(prop.tokens, positions, self.cache, rows, write_idx, mask, self.drafter.capture_layers)
-        logits = self.target.logits(hidden)                                            # [B, N, V]
-        max_depth = int(prop.depth.max())
-        acc, path, bonus = self._verify(reqs, prop, parents32, nodes32, logits, max_depth)
+        return self.target.logits(hidden), aux
 
-        # keep the accepted path's K/V contiguous: slot cache_len + path[i] -> cache_len + i
-        src, dst, new_lens = ops().accepted_kv_indices(path, acc, cache_lens.to(torch.int32))
+    def _compact(self, reqs, path, acc) -> torch.Tensor:
+        """Move the accepted path's K/V to ``cache_len + 0..acc`` (slot ``cache_len + path[i]`` ->
+        ``cache_len + i``); returns the new cache lengths ``cache_len + acc + 1`` (int32 ``[B]``)."""
+        dev = self.device
+        rows = torch.tensor([r.row for r in reqs], device=dev)
+        cache_lens = torch.tensor([r.cache_len for r in reqs], dtype=torch.int32, device=dev)
+        src, dst, new_lens = ops().accepted_kv_indices(path, acc, cache_lens)
         self.cache.move(rows, src.to(dev), dst.to(dev))
-        t2 = time.perf_counter()
+        return new_lens
 
+    @torch.no_grad()
+    def step(self) -> list[StepOutput]:
+        """Advance every running request by one target step (admitting waiting ones first)."""
+        t_start = time.perf_counter()
+        self._admit()
+        reqs = list(self.running)
+        if not reqs:
+            return []
+        t0 = time.perf_counter()
+        D = self.spec.depth_for_batch(len(reqs))
+        prop = self.drafter.propose(reqs, [self._depth(r, D) for r in reqs], self.spec.branching, self._draft_mode())
+        t1 = time.perf_counter()
+        logits, aux = self._score(reqs, prop)                                       # [B, N, V]
+        acc, path, bonus = self._verify(reqs, prop, logits)                         # [B], [B, L], [B]
+        new_lens = self._compact(reqs, path, acc)
+        t2 = time.perf_counter()
         outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
         t3 = time.perf_counter()
         self.step_count += 1
         for st in [r.stats for r in reqs] + [self.stats]:
             st.draft_time_s += t1 - t0
             st.verify_time_s += t2 - t1
-            st.total_time_s += t3 - t0
+            st.total_time_s += t3 - t_start
         if any(r.finished for r in reqs):
             for r in [r for r in reqs if r.finished]:
                 self.drafter.release(r)
@@ -213,9 +225,11 @@ class Engine:
             self.running = [r for r in self.running if not r.finished]
         return outputs
 
-    def _verify(self, reqs, prop, parents32, nodes32, logits, max_depth):
-        """-> accepted_len int32 ``[B]``, accepted path int32 ``[B, max_depth+1]``, bonus int64 ``[B]``."""
+    def _verify(self, reqs, prop, logits):
+        """-> accepted_len int32 ``[B]``, accepted path int32 ``[B, max_depth+1]`` (root first), bonus int64 ``[B]``."""
         spec = self.spec
+        parents32, nodes32 = prop.parents.to(torch.int32), prop.num_nodes.to(torch.int32)
+        max_depth = int(prop.depth.max())
         if spec.verify == "greedy":
             return ops().verify_greedy(prop.tokens, parents32, logits, nodes32, max_depth)
         target_probs = probs_per_request(logits, [r.sampling for r in reqs])                   # [B, N, V]
