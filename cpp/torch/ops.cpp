@@ -13,8 +13,8 @@
 #include "trtspec/status.h"
 
 #ifdef TRTSPEC_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace {
@@ -71,7 +71,9 @@ int32_t maxDepthOf(const char* op, std::optional<int64_t> maxDepth, int64_t N) {
 }
 
 #ifdef TRTSPEC_WITH_CUDA
-cudaStream_t currentStream() { return at::cuda::getCurrentCUDAStream(); }
+// the caller's current stream on the device selected by the guard (never the legacy default stream
+// unless the caller made it current)
+cudaStream_t currentStream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 Tensor workspace(size_t bytes, const Tensor& like) {
     return at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, like.options().dtype(at::kByte));
 }
