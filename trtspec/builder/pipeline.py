@@ -15,6 +15,8 @@ from typing import Any, Callable, Optional
 
 from trtspec.builder.bundle import AtomicDir, QuantCache, hash_files, sha256_file, tool_versions, write_manifest
 from trtspec.builder.options import BuildOptions, HEAD_DRAFTERS
+from trtspec.builder.sglang_config import SGLANG_ALGORITHMS
+from trtspec.builder.vllm_config import VLLM_METHODS
 
 STAGES = ("validate", "recipe", "quantize", "export", "emit", "triton", "manifest")
 
@@ -229,8 +231,11 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
                               "modelopt_config": quantize.MODELOPT_CONFIGS.get(q, "none"),
                               "cache": "hit" if opts.use_cache and cache.lookup(keys[r]) else "miss"}
                              for r, _s, q, kv in jobs],
-                "outputs": ["target/", *(["draft/"] if vi.draft is not None else []), "llm_api.yaml", "vllm.yaml",
-                            "sglang.args", "recipe.yaml", "manifest.json", "README.md"],
+                "outputs": ["target/", *(["draft/"] if vi.draft is not None else []), "llm_api.yaml",
+                            *(["vllm.yaml"] if opts.drafter in VLLM_METHODS else []),
+                            *(["sglang.args"] if opts.drafter in SGLANG_ALGORITHMS else []),
+                            "recipe.yaml", "manifest.json", "README.md",
+                            *(["triton/"] if _triton_available() else [])],
                 "notes": vi.notes,
             }
             result.summaries = st.summaries
