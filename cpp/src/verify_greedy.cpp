@@ -6,6 +6,8 @@
 // so no conversion is needed and the block maximum vectorises. Ties go to the lowest index and a
 // NaN counts as the maximum (first NaN wins), both as torch.argmax.
 #include <climits>
+#include <limits>
+#include <type_traits>
 
 #include "cpu_common.h"
 
@@ -64,6 +66,58 @@ int64_t argmaxRow(const U* row, int64_t v) {
     return bestBlock;  // unreachable
 }
 
+#ifdef TRTSPEC_SSE2
+// float32 argmax with SSE2 block maxima (same semantics as argmaxRow: ties -> lowest index,
+// -0 == +0, first NaN wins).
+int64_t argmaxF32(const float* row, int64_t v) {
+    constexpr int64_t kBlock = 2048;
+    float best = 0.0f;
+    int64_t bestBlock = -1;
+    for (int64_t start = 0; start < v; start += kBlock) {
+        const int64_t len = std::min(kBlock, v - start);
+        const float* blk = row + start;
+        const __m128 ninf = _mm_set1_ps(-std::numeric_limits<float>::infinity());
+        __m128 m0 = ninf, m1 = ninf, un = _mm_setzero_ps();
+        int64_t i = 0;
+        for (; i + 8 <= len; i += 8) {
+            const __m128 a = _mm_loadu_ps(blk + i), b = _mm_loadu_ps(blk + i + 4);
+            un = _mm_or_ps(un, _mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)));
+            m0 = _mm_max_ps(m0, a);
+            m1 = _mm_max_ps(m1, b);
+        }
+        __m128 m = _mm_max_ps(m0, m1);
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ps(m, _mm_shuffle_ps(m, m, 1));
+        float bmax = _mm_cvtss_f32(m);
+        bool nan = _mm_movemask_ps(un) != 0;
+        for (; i < len; ++i) {
+            nan |= blk[i] != blk[i];
+            bmax = blk[i] > bmax ? blk[i] : bmax;
+        }
+        if (nan) {
+            for (int64_t j = 0; j < len; ++j)
+                if (blk[j] != blk[j]) return start + j;
+        }
+        if (bestBlock < 0 || bmax > best) {
+            best = bmax;
+            bestBlock = start;
+        }
+    }
+    const int64_t len = std::min(kBlock, v - bestBlock);
+    for (int64_t i = 0; i < len; ++i)
+        if (row[bestBlock + i] == best) return bestBlock + i;
+    return bestBlock;  // unreachable
+}
+#endif
+
+template <typename U, typename B>
+int64_t argmax(const U* row, int64_t v) {
+#ifdef TRTSPEC_SSE2
+    if constexpr (std::is_same<U, uint32_t>::value) return argmaxF32(reinterpret_cast<const float*>(row), v);
+#endif
+    return argmaxRow<U, B>(row, v);
+}
+
 template <typename U, typename B>
 Status run(const int64_t* tokens, const int32_t* parents, const U* logits, const int32_t* numNodes,
            int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth, int32_t* acceptedLen,
@@ -92,7 +146,7 @@ Status run(const int64_t* tokens, const int32_t* parents, const U* logits, const
             int64_t t = 0;
             path[0] = 0;
             while (true) {
-                t = argmaxRow<U, B>(logits + (static_cast<int64_t>(b) * nodes + u) * vocab, vocab);
+                t = argmax<U, B>(logits + (static_cast<int64_t>(b) * nodes + u) * vocab, vocab);
                 int32_t next = -1;
                 for (int32_t c = tree.firstChild[u]; c >= 0; c = tree.nextSibling[c])
                     if (tok[c] == t) {
