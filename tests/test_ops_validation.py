@@ -165,3 +165,22 @@ def test_validate_false_still_checks_values_the_kernel_reads():
     target = _with(_probs(B, N, V), (0, 0, 1), float("nan"))  # p(x) of node 1's token, read by the accept test
     with pytest.raises(RuntimeError, match="invalid probability"):
         ops.verify_sample(torch.ones(B, N, dtype=torch.int64), _chain(), target, _probs(B, N, V), 1, 2, validate=False)
+
+
+def test_row_sums_pass_matches_float64_sums_and_flags_invalid_rows(gen):
+    """The fused C++ pass behind the probability checks: float64 row sums, NaN on an invalid row,
+    1 on an unselected row."""
+    probs = torch.rand(3, 5, 1001, generator=gen)
+    probs[0, 1, 7] = float("nan")
+    probs[1, 2, 1000] = -1e-30
+    probs[2, 4, 0] = float("inf")
+    rows = torch.ones(3, 5, dtype=torch.bool)
+    rows[2, 3] = False
+    out = torch.ops.trtspec._row_sums(probs, rows)
+    expected = probs.double().sum(-1)
+    bad = torch.zeros(3, 5, dtype=torch.bool)
+    bad[0, 1] = bad[1, 2] = bad[2, 4] = True
+    assert torch.equal(torch.isnan(out), bad)
+    keep = ~bad & rows
+    assert torch.allclose(out[keep], expected[keep], rtol=1e-12, atol=0)
+    assert float(out[2, 3]) == 1.0
