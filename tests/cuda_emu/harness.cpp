@@ -189,17 +189,20 @@ static void testSample() {
                         for (int32_t b = 0; b < B; ++b)
                             for (int32_t i = 1; i < N; ++i)
                                 tokens[b * N + i] = draw(&q[(static_cast<size_t>(b) * N + parents[b * N + i]) * V], V);
+                        std::vector<int32_t> num(B);
+                        for (auto& n : num) n = randint(1, N);
+                        const int32_t* nn = chain ? nullptr : num.data();
                         const size_t wsBytes = cuda::verifySampleWorkspaceSize(B, V);
                         void* ws = std::aligned_alloc(256, (wsBytes + 255) / 256 * 256);
                         for (uint64_t seed : {0ull, 77ull}) {
                             std::vector<int32_t> l1(B), n1(B * L), l2(B), n2(B * L);
                             std::vector<int64_t> b1(B), b2(B);
                             const int64_t so[2] = {static_cast<int64_t>(seed), 5};
-                            CHECK(cpu::verifySample(tokens.data(), parents.data(), p.data(), q.data(), nullptr, B, N, V,
+                            CHECK(cpu::verifySample(tokens.data(), parents.data(), p.data(), q.data(), nn, B, N, V,
                                                     L - 1, seed, 5, wor, l1.data(), n1.data(), b1.data()) ==
                                       Status::kSuccess, "cpu");
                             CHECK(cuda::verifySampleSeedOnDevice(tokens.data(), parents.data(), p.data(), q.data(),
-                                                                 nullptr, B, N, V, L - 1, so, wor, l2.data(), n2.data(),
+                                                                 nn, B, N, V, L - 1, so, wor, l2.data(), n2.data(),
                                                                  b2.data(), ws, wsBytes, nullptr) == Status::kSuccess,
                                   "cuda");
                             for (int32_t b = 0; b < B; ++b) {
