@@ -17,6 +17,7 @@ from trtspec.runtime.models import load_eagle3, load_model
     ("llama", {}),
     ("llama", {"tie": True, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}),
+    ("llama", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}}),
     ("qwen3", {}),
     ("qwen2", {}),
     ("mistral", {"kv_heads": 4}),

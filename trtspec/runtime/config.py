@@ -18,7 +18,7 @@ SUPPORTED_ARCHITECTURES: dict[str, dict] = {
     "Qwen3ForCausalLM": {"qk_norm": True},
 }
 EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3",)
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 class ModelFormatError(ValueError):
@@ -45,6 +45,12 @@ class RopeConfig:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
 
     def __post_init__(self):
         if self.kind not in SUPPORTED_ROPE_TYPES:
@@ -69,7 +75,35 @@ class RopeConfig:
             smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
             medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
             return torch.where(medium, smoothed, scaled)
+        if self.kind == "yarn":
+            # YaRN (Peng et al. 2023): interpolate (divide by factor) the low frequencies, keep the high
+            # ones, linear ramp between the dims that rotate beta_slow..beta_fast times over the original context
+            def dim_of(rotations):
+                return head_dim * math.log(self.original_max_position_embeddings / (rotations * 2 * math.pi)) / (
+                    2 * math.log(self.theta))
+
+            low, high = dim_of(self.beta_fast), dim_of(self.beta_slow)
+            if self.truncate:
+                low, high = math.floor(low), math.ceil(high)
+            low, high = max(low, 0), min(high, head_dim - 1)
+            ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / ((high - low) or 0.001)).clamp(0, 1)
+            keep = 1 - ramp                                   # 1: extrapolate (unchanged), 0: interpolate
+            return inv / self.factor * (1 - keep) + inv * keep
         return inv
+
+    def attention_scale(self) -> float:
+        """Factor on cos/sin (YaRN's ``0.1 ln(factor) + 1``; 1 for the other types)."""
+        if self.kind != "yarn":
+            return 1.0
+        if self.attention_factor is not None:
+            return float(self.attention_factor)
+
+        def mscale(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if self.mscale and self.mscale_all_dim:
+            return mscale(self.factor, self.mscale) / mscale(self.factor, self.mscale_all_dim)
+        return mscale(self.factor)
 
 
 def _rope_from(cfg: dict) -> RopeConfig:
@@ -77,11 +111,19 @@ def _rope_from(cfg: dict) -> RopeConfig:
     params.update(cfg.get("rope_parameters") or {})   # transformers 5 spelling
     theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
     kind = params.get("rope_type", params.get("type", "default")) or "default"
+
+    def opt(key):
+        return None if params.get(key) is None else float(params[key])
+
     return RopeConfig(
-        theta=float(theta), kind=kind, factor=float(params.get("factor", 1.0)),
+        theta=float(theta), kind=kind, factor=float(params.get("factor") or 1.0),
         low_freq_factor=float(params.get("low_freq_factor", 1.0)),
         high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-        original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+        original_max_position_embeddings=int(params.get("original_max_position_embeddings")
+                                             or cfg.get("max_position_embeddings", 8192)),
+        beta_fast=float(params.get("beta_fast") or 32), beta_slow=float(params.get("beta_slow") or 1),
+        attention_factor=opt("attention_factor"), mscale=opt("mscale"), mscale_all_dim=opt("mscale_all_dim"),
+        truncate=bool(params.get("truncate", True)),
     )
 
 

@@ -65,11 +65,12 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin ``[B, 1, T, d]`` for positions int ``[B, T]``: angle(p, i) = p * inv_freq[i mod d/2]."""
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype, scale: float = 1.0):
+    """cos, sin ``[B, 1, T, d]`` for positions int ``[B, T]``: angle(p, i) = p * inv_freq[i mod d/2]
+    (both times ``scale``, YaRN's attention factor)."""
     angles = positions[..., None].float() * inv_freq[None, None, :]   # [B, T, d/2]
     emb = torch.cat((angles, angles), dim=-1)[:, None]                # [B, 1, T, d]
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    return (emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -182,7 +183,7 @@ class Transformer(nn.Module):
             aux: ``[B, T, len(capture) * E]`` (concatenated in ``capture`` order) or None.
         """
         h = self.embed(tokens)
-        cos, sin = rope_cos_sin(positions, self.inv_freq, h.dtype)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, h.dtype, self.config.rope.attention_scale())
         captured = {}
         for i, layer in enumerate(self.model.layers):
             h = layer(h, cos, sin, cache, rows, write_idx, mask)
@@ -236,7 +237,7 @@ class Eagle3Head(nn.Module):
         Returns (g_next ``[B, T, E]`` pre-norm, logits float32 ``[B, T, V]`` over the target vocabulary,
         ``-inf`` on ids the draft vocabulary cannot produce)."""
         layer = self.layers[0]
-        cos, sin = rope_cos_sin(positions, self.inv_freq, g.dtype)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, g.dtype, self.config.layer.rope.attention_scale())
         a = torch.cat((layer.input_layernorm(embeds), layer.hidden_norm(g)), dim=-1)
         h = g + layer.self_attn(a, cos, sin, cache, rows, write_idx, mask)
         h = h + layer.mlp(layer.post_attention_layernorm(h))
