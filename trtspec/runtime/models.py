@@ -208,6 +208,9 @@ class Eagle3Head(nn.Module):
         h = g_t + attn(a);  h = h + mlp(post_attention_layernorm(h))      # h is g_{t+1}
         logits_draft = lm_head(norm(h))                                   # [V_draft]
         target id of draft id j = j + d2t[j]
+
+    This is the layer of the serving engines (vLLM's and TensorRT-LLM's Eagle-3 Llama layer), which
+    deploy Model-Optimizer's exports.
     """
 
     def __init__(self, cfg: Eagle3Config, target_hidden: int):
