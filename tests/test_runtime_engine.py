@@ -173,7 +173,10 @@ def test_eagle3_checks(dirs, tmp_path):
         load_pipeline(dirs["target"], dirs["draft"], drafter="eagle3")
     p = load_pipeline(dirs["target"], dirs["eagle"], drafter="eagle3", tree="topk=2,depth=2")
     ref = load_pipeline(dirs["target"], draft_len=0)
-    assert p.generate_ids([[3, 4, 5]], max_new_tokens=9) [0][0] == ref.generate_ids([[3, 4, 5]], max_new_tokens=9)[0][0]
+    prompts = [[3, 4, 5], [7]]          # a 1-token prompt: the head has no entry before the first step
+    got = p.generate_ids(prompts, max_new_tokens=9)
+    assert [o for o, _ in got] == [o for o, _ in ref.generate_ids(prompts, max_new_tokens=9)]
+    assert got[1][1].steps >= 2 and got[1][1].draft_tokens > 0      # step 1 plain, later steps draft
 
 
 def test_unsupported_target_architecture(dirs, tmp_path):
