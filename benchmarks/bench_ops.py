@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    console = Console(stderr=args.json)
+    console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 132)
     total = 4 + len(args.vocab) * (4 * len(SHAPES) + 1)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("timing ops", total=total)
