@@ -261,3 +261,22 @@ def test_cli_schedule_option(dirs):
     assert json.loads(res.output)["stats"]["draft_tokens"] > 0
     res = CliRunner().invoke(generate, args + ["--draft-len-schedule", "2-3", "a"])
     assert res.exit_code == 2 and "BATCH:D" in res.output
+
+
+def test_cli_without_target_uses_demo_pair_or_says_it_is_missing(dirs, monkeypatch):
+    from click.testing import CliRunner
+
+    import trtspec.zoo
+    from trtspec.cli.generate import generate
+
+    def missing():
+        raise FileNotFoundError("demo model missing: zoo/demo/target has no config.json")
+
+    monkeypatch.setattr(trtspec.zoo, "demo_paths", missing)
+    res = CliRunner().invoke(generate, ["def fib("])
+    assert res.exit_code == 2 and "demo pair is not installed" in res.output
+    monkeypatch.setattr(trtspec.zoo, "demo_paths", lambda: (dirs["target"], dirs["draft"]))
+    res = CliRunner().invoke(generate, ["--max-new-tokens", "4", "--json", "def fib("])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["draft"] == str(dirs["draft"]) and len(out["generations"][0]["token_ids"]) == 4
