@@ -146,3 +146,39 @@ def test_int8_qdq_graph_runs_in_onnxruntime(pair, tmp_path):
     export_step_graphs(*pair, tmp_path / "q", max_nodes=3, quant="int8")
     out, _ = OnnxSpecDecoder(tmp_path / "q").generate([[1, 2, 3]], 6)
     assert len(out[0]) == 6 and all(0 <= t < 256 for t in out[0])
+
+
+def test_build_backend_tensorrt_adds_the_onnx_graphs_to_the_bundle(pair, tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli.build import build
+
+    target, draft = pair
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(build, ["--target", str(target), "--draft", str(draft), "--drafter", "draft_model",
+                                     "--quant", "none", "--gpu", "h200", "--acceptance", "rates=0.8,0.7,0.6",
+                                     "--max-batch-size", "8", "--backend", "tensorrt", "--out", str(out),
+                                     "--no-cache"])
+    assert res.exit_code == 0, res.output
+    cfg = json.loads((out / "tensorrt" / "runtime_config.json").read_text())
+    spec = json.loads((out / "tensorrt" / "onnx_spec.json").read_text())
+    recipe_d = __import__("yaml").safe_load((out / "recipe.yaml").read_text())
+    # the graphs' chain is the recipe's max_draft_len long
+    assert cfg["max_nodes"] == spec["max_nodes"] == recipe_d["trtllm"]["max_draft_len"] + 1
+    assert (out / "tensorrt" / "target_verify.onnx").is_file() and (out / "tensorrt" / "draft_step.onnx").is_file()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert any(k.startswith("tensorrt/") for k in manifest["outputs"])
+
+
+def test_build_backend_tensorrt_rejects_unsupported_choices(pair, tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli.build import build
+
+    target, draft = pair
+    res = CliRunner().invoke(build, ["--target", str(target), "--drafter", "ngram", "--backend", "tensorrt",
+                                     "--out", str(tmp_path / "b")])
+    assert res.exit_code != 0 and "--backend tensorrt exports draft_model chains" in res.output
+    res = CliRunner().invoke(build, ["--target", str(target), "--draft", str(draft), "--quant", "nvfp4",
+                                     "--backend", "tensorrt", "--out", str(tmp_path / "b")])
+    assert res.exit_code != 0 and "--backend tensorrt supports --quant" in res.output

@@ -12,6 +12,9 @@ from trtspec.builder.trtllm_config import DEFAULT_TRTLLM_VERSION, TRTLLM_VERSION
 DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
 QUANTS = ("none", "fp8", "nvfp4", "w4a16_nvfp4", "int4_awq", "w4a8_awq", "int8_sq")
 KV_QUANTS = ("none", "fp8")
+BACKENDS = ("trtllm", "tensorrt")
+#: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.export.QUANT_FORMATS).
+TENSORRT_QUANTS = {"none": "none", "fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4_awq"}
 #: drafters whose draft is a separate checkpoint (``--draft`` required).
 DRAFTERS_WITH_DRAFT = ("draft_model", "eagle3", "dflash", "dspark")
 #: drafters whose draft is a head in Model-Optimizer's speculative layout (copied, never quantized here).
@@ -57,6 +60,9 @@ class BuildOptions(BaseModel):
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Cache of quantized checkpoints.")
     use_cache: bool = Field(default=True, description="Reuse / fill the quantized-checkpoint cache.")
     seed: int = Field(default=0, description="Calibration sample order seed.")
+    backend: Literal[BACKENDS] = Field(default="trtllm", description="trtllm: TensorRT-LLM bundle; tensorrt: "
+                                       "also ONNX step graphs with trtspec plugin nodes and TensorRT engines (or "
+                                       "a trtexec script where TensorRT is missing).")
 
     @model_validator(mode="after")
     def _check(self):
@@ -67,6 +73,10 @@ class BuildOptions(BaseModel):
         if self.draft_quant != "none" and self.drafter != "draft_model":
             raise ValueError(f"--draft-quant applies to --drafter draft_model only; the {self.drafter} draft is "
                              "bundled as exported by Model-Optimizer's speculative export")
+        if self.backend == "tensorrt" and self.drafter != "draft_model":
+            raise ValueError(f"--backend tensorrt exports draft_model chains; got --drafter {self.drafter}")
+        if self.backend == "tensorrt" and self.quant not in TENSORRT_QUANTS:
+            raise ValueError(f"--backend tensorrt supports --quant {', '.join(TENSORRT_QUANTS)}; got {self.quant}")
         if self.max_seq_len is not None and self.calib_seq_len > self.max_seq_len:
             raise ValueError(f"--calib-seq-len ({self.calib_seq_len}) exceeds --max-seq-len ({self.max_seq_len})")
         return self

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from trtspec.builder.bundle import AtomicDir, QuantCache, hash_files, sha256_file, tool_versions, write_manifest
-from trtspec.builder.options import BuildOptions, HEAD_DRAFTERS
+from trtspec.builder.options import TENSORRT_QUANTS, BuildOptions, HEAD_DRAFTERS
 from trtspec.builder.sglang_config import SGLANG_ALGORITHMS
 from trtspec.builder.vllm_config import VLLM_METHODS
 
-STAGES = ("validate", "recipe", "quantize", "export", "emit", "triton", "manifest")
+STAGES = ("validate", "recipe", "quantize", "export", "emit", "tensorrt", "triton", "manifest")
 
 
 class BuildError(RuntimeError):
@@ -235,6 +235,7 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
                             *(["vllm.yaml"] if opts.drafter in VLLM_METHODS else []),
                             *(["sglang.args"] if opts.drafter in SGLANG_ALGORITHMS else []),
                             "recipe.yaml", "manifest.json", "README.md",
+                            *(["tensorrt/"] if opts.backend == "tensorrt" else []),
                             *(["triton/"] if _triton_available() else [])],
                 "notes": vi.notes,
             }
@@ -312,6 +313,24 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
                 return f"{', '.join(files)} (validated against TensorRT-LLM {opts.trtllm_version}){note}"
 
             st.run("emit", s_emit)
+
+            if opts.backend == "tensorrt":
+                def s_tensorrt(adv):
+                    from trtspec.onnx.tensorrt import write_tensorrt_backend
+
+                    said = []
+                    cfg = write_tensorrt_backend(vi.target.path, vi.draft.path, tmp / "tensorrt",
+                                                 max_nodes=int(recipe.max_draft_len) + 1,
+                                                 quant=TENSORRT_QUANTS[opts.quant], max_batch=opts.max_batch_size,
+                                                 max_seq_len=opts.max_seq_len, log=said.append)
+                    with open(tmp / "README.md", "a") as f:
+                        f.write("- `tensorrt/`: ONNX step graphs with trtspec plugin nodes"
+                                + (", TensorRT engines" if cfg["engines_built"] else
+                                   "; build the engines with `tensorrt/build_engines.sh` (needs TensorRT and a GPU)")
+                                + "\n")
+                    return f"tensorrt/ chain of {cfg['max_nodes'] - 1}: " + " ".join(said)
+
+                st.run("tensorrt", s_tensorrt)
 
             if _triton_available():
                 def s_triton(adv):

@@ -66,8 +66,7 @@ def trtexec_command(onnx_name: str, shapes: dict, plugin_lib: str, fp16: bool) -
     args = ["trtexec", f"--onnx={onnx_name}", f"--saveEngine={plan}", f"--staticPlugins={plugin_lib}"]
     for flag, k in (("--minShapes", 0), ("--optShapes", 1), ("--maxShapes", 2)):
         args.append(f"{flag}=" + ",".join(f"{name}:{_dims(v[k])}" for name, v in shapes.items()))
-    if fp16:
-        args.append("--fp16")
+    args.append("--fp16" if fp16 else "--stronglyTyped")
     return " ".join(f'"{a}"' if "$" in a else a for a in args)   # keep $TRTSPEC_PLUGIN_LIB expandable
 
 
@@ -93,7 +92,9 @@ def _build_engines_with_tensorrt(out: Path, spec: ExportSpec, profile: Profile, 
     trt.get_plugin_registry().load_library(str(plugin_lib))
     for name, shapes in (("target_verify.onnx", profile.target_shapes(spec)), ("draft_step.onnx", profile.draft_shapes(spec))):
         builder = trt.Builder(logger)
-        network = builder.create_network(0)
+        # Q/DQ graphs are built strongly typed: the precisions are the graph's, not the builder's
+        flags = 0 if fp16 else 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+        network = builder.create_network(flags)
         parser = trt.OnnxParser(network, logger)
         if not parser.parse_from_file(str(out / name)):
             errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
@@ -128,14 +129,18 @@ def tensorrt_available() -> bool:
 
 
 def write_tensorrt_backend(target_dir, draft_dir, out_dir, *, max_nodes: int, max_depth: int | None = None,
-                           max_batch: int = 64, max_seq_len: int = 2048, fp16: bool = True, log=print) -> dict:
+                           quant: str = "none", max_batch: int = 64, max_seq_len: int = 2048, fp16: bool = True,
+                           log=print) -> dict:
     """Export the step graphs into ``out_dir`` and build engines or write ``build_engines.sh``.
 
+    ``quant`` (:data:`trtspec.onnx.export.QUANT_FORMATS`) puts Model-Optimizer Q/DQ nodes in the
+    graphs; TensorRT then builds strongly typed engines (``--stronglyTyped``) instead of ``--fp16``.
     Returns the runtime config written to ``out_dir/runtime_config.json``.
     """
     profile = Profile(max_batch, max_seq_len)
+    fp16 = fp16 and quant == "none"
     out_dir = Path(out_dir)
-    spec = export_step_graphs(target_dir, draft_dir, out_dir, max_nodes=max_nodes, max_depth=max_depth)
+    spec = export_step_graphs(target_dir, draft_dir, out_dir, max_nodes=max_nodes, max_depth=max_depth, quant=quant)
     plugin = _find_plugin_library()
     engines = False
     if tensorrt_available() and plugin is not None:
@@ -153,7 +158,7 @@ def write_tensorrt_backend(target_dir, draft_dir, out_dir, *, max_nodes: int, ma
             f"Run {script} on a machine that has them.")
     config = {"format": "trtspec.tensorrt_runtime/v1", "engines_built": engines,
               "plugin_library": PLUGIN_LIBRARY, "plugin_namespace": "trtspec", "max_nodes": spec.max_nodes,
-              "max_depth": spec.max_depth, "fp16": fp16,
+              "max_depth": spec.max_depth, "fp16": fp16, "quant": quant,
               "graphs": {"target_verify": {"onnx": "target_verify.onnx", "plan": "target_verify.plan",
                                            "profile": {k: [list(s) for s in v] for k, v in profile.target_shapes(spec).items()}},
                          "draft_step": {"onnx": "draft_step.onnx", "plan": "draft_step.plan",
