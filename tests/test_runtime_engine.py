@@ -148,9 +148,23 @@ def test_spec_limits(dirs, kw, match):
         load_pipeline(dirs["target"], dirs["draft"], **kw)
 
 
-def test_temperature_needs_sampling_verifier(pipe):
-    with pytest.raises(ValueError, match="temperature=0.7 needs verify='sample' or 'block'"):
-        pipe.generate(["hi"], temperature=0.7)
+def test_sampled_requests_under_greedy_verify_use_sample_verification(dirs):
+    """verify='greedy' with temperature > 0 runs exactly as verify='sample'; greedy requests mixed
+    into a sampled batch stay token-for-token greedy."""
+    greedy = load_pipeline(dirs["target"], dirs["draft"], draft_len=3, verify="greedy")
+    sample = load_pipeline(dirs["target"], dirs["draft"], draft_len=3, verify="sample")
+    prompts = [[5, 6, 7], [1, 2]]
+    a = greedy.generate_ids(prompts, max_new_tokens=10, temperature=0.7, seed=4)
+    b = sample.generate_ids(prompts, max_new_tokens=10, temperature=0.7, seed=4)
+    assert [o for o, _ in a] == [o for o, _ in b]
+    eng = greedy.engine(max_batch_size=2, seed=4)
+    eng.add_request("t", [5, 6, 7], SamplingParams(max_new_tokens=10, temperature=1.0))
+    eng.add_request("g", [1, 2], SamplingParams(max_new_tokens=10))
+    out = {"t": [], "g": []}
+    while eng.has_work():
+        for o in eng.step():
+            out[o.request_id] += o.new_token_ids
+    assert out["g"] == alone(greedy, [1, 2], 10)
 
 
 def test_missing_or_corrupt_draft(dirs, tmp_path):

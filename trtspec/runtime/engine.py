@@ -103,9 +103,6 @@ class Engine:
         if len(ids) >= self.max_seq_len:
             raise ValueError(f"request {request_id!r}: prompt of {len(ids)} tokens does not fit the context of "
                              f"{self.max_seq_len} tokens (it must leave room for >= 1 new token)")
-        if params.temperature > 0 and self.spec.verify == "greedy":
-            raise ValueError(f"request {request_id!r}: temperature={params.temperature} needs verify='sample' or "
-                             "'block' (verify='greedy' is for temperature 0)")
         if request_id in self.ids:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         self.ids.add(request_id)
@@ -158,10 +155,18 @@ class Engine:
         budget = min(r.params.max_new_tokens - r.generated, self.max_seq_len - len(r.tokens)) - 1
         return max(0, min(D, budget)) if self.drafter.can_draft(r) else 0
 
-    def _draft_mode(self) -> DraftMode:
+    def _method(self, reqs) -> str:
+        """The step's verification: ``spec.verify``, except that a batch with a sampled request
+        (temperature > 0) under ``greedy`` is verified by ``sample``. Greedy requests stay exactly
+        greedy under sample/block: their target and draft distributions are one-hot argmaxes."""
+        if self.spec.verify == "greedy" and any(r.params.temperature > 0 for r in reqs):
+            return "sample"
+        return self.spec.verify
+
+    def _draft_mode(self, method: str) -> DraftMode:
         """Greedy drafting for greedy verification; else sampling with this step's random stream."""
         spec = self.spec
-        if spec.verify == "greedy":
+        if method == "greedy":
             return DraftMode(sample=False)
         gen = torch.Generator(device=self.device).manual_seed((spec.seed * 1_000_003 + self.step_count) % (1 << 63))
         return DraftMode(sample=True, without_replacement=spec.siblings_without_replacement, generator=gen)
@@ -203,11 +208,12 @@ class Engine:
         if not reqs:
             return []
         t0 = time.perf_counter()
-        D = self.spec.depth_for_batch(len(reqs))
-        prop = self.drafter.propose(reqs, [self._depth(r, D) for r in reqs], self.spec.branching, self._draft_mode())
+        D, method = self.spec.depth_for_batch(len(reqs)), self._method(reqs)
+        prop = self.drafter.propose(reqs, [self._depth(r, D) for r in reqs], self.spec.branching,
+                                    self._draft_mode(method))
         t1 = time.perf_counter()
         logits, aux = self._score(reqs, prop)                                       # [B, N, V]
-        acc, path, bonus = self._verify(reqs, prop, logits)                         # [B], [B, L], [B]
+        acc, path, bonus = self._verify(reqs, prop, logits, method)                 # [B], [B, L], [B]
         new_lens = self._compact(reqs, path, acc)
         t2 = time.perf_counter()
         outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
@@ -225,17 +231,17 @@ class Engine:
             self.running = [r for r in self.running if not r.finished]
         return outputs
 
-    def _verify(self, reqs, prop, logits):
+    def _verify(self, reqs, prop, logits, method):
         """-> accepted_len int32 ``[B]``, accepted path int32 ``[B, max_depth+1]`` (root first), bonus int64 ``[B]``."""
         spec = self.spec
         parents32, nodes32 = prop.parents.to(torch.int32), prop.num_nodes.to(torch.int32)
         max_depth = int(prop.depth.max())
-        if spec.verify == "greedy":
+        if method == "greedy":
             return ops().verify_greedy(prop.tokens, parents32, logits, nodes32, max_depth)
         target_probs = probs_per_request(logits, [r.sampling for r in reqs])                   # [B, N, V]
         if prop.draft_probs is None:                  # nothing drafted (D = 0): no row is read
             prop.draft_probs = torch.zeros_like(target_probs)
-        if spec.verify == "sample":
+        if method == "sample":
             return ops().verify_sample(prop.tokens, parents32, target_probs, prop.draft_probs, spec.seed,
                                        self.step_count, spec.siblings_without_replacement, nodes32, max_depth)
         # block verification: chains; one call per distinct chain length

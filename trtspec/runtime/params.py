@@ -62,7 +62,8 @@ class SpecConfig:
 
     ``draft_len``: D, drafts per step for a chain (0 = plain decoding through the same path);
     ``tree``: a top-k tree instead of a chain (its depth replaces ``draft_len``);
-    ``verify``: greedy | sample | block (block: chains only); ``draft_len_schedule``: batch size ->
+    ``verify``: greedy | sample | block (block: chains only; a step with a sampled request under
+    greedy is verified by sample); ``draft_len_schedule``: batch size ->
     D with TensorRT-LLM semantics (key = inclusive upper bound of a batch tier; above the largest
     key D = 0); ``siblings_without_replacement``: Gumbel-top-k siblings in sample mode;
     ``max_draft_len`` / ``max_tree_nodes``: configured limits; ``seed``: random stream of sampling.
