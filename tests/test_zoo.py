@@ -256,3 +256,18 @@ def test_runtime_pipeline_on_demo_pair_matches_reference():
         ours_accepted += sum(ref.accepted)
     assert pipe.last_stats.accepted_tokens == ours_accepted
     assert pipe.last_stats.mean_al > 1.0
+
+
+def test_generate_cli_defaults_to_demo_pair():
+    from click.testing import CliRunner
+
+    from trtspec.cli import main as cli
+
+    target_dir, draft_dir = demo_paths()
+    res = CliRunner().invoke(cli, ["generate", "def fibonacci(n):\n", "--max-new-tokens", "16", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert Path(out["target"]) == target_dir and Path(out["draft"]) == draft_dir
+    gen = out["generations"][0]
+    assert 1 <= len(gen["token_ids"]) <= 16 and gen["text"].strip()
+    assert out["stats"]["mean_al"] >= 1.0
