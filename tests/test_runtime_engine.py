@@ -61,7 +61,11 @@ def test_abort_frees_the_row(pipe):
     eng.step()
     eng.abort(1)
     assert not eng.has_work()
-    eng.add_request(2, [7, 8], SamplingParams(max_new_tokens=5))
+    eng.add_request(2, [7, 8], {"max_new_tokens": 5})
+    with pytest.raises(ValueError, match="already in the engine"):
+        eng.add_request(2, [7, 8])
+    with pytest.raises(TypeError):
+        eng.add_request(3, [7], {"max_tokens": 5})
     out = []
     while eng.has_work():
         for o in eng.step():

@@ -91,9 +91,10 @@ class Engine:
         self.stats = SpecStats()
 
     # -- requests --------------------------------------------------------------------------------
-    def add_request(self, request_id, prompt_ids: list[int], params: SamplingParams | None = None) -> None:
-        """Queue a request; it joins the batch at the next step with a free cache row."""
-        params = params or SamplingParams()
+    def add_request(self, request_id, prompt_ids: list[int], params: SamplingParams | dict | None = None) -> None:
+        """Queue a request; it joins the batch at the next step with a free cache row.
+        ``params``: SamplingParams, or a dict of its fields (default: greedy, 64 new tokens)."""
+        params = SamplingParams(**params) if isinstance(params, dict) else (params or SamplingParams())
         V = self.target.config.vocab_size
         ids = [int(t) for t in prompt_ids]
         if not ids:
