@@ -10,7 +10,7 @@
 // If rounding empties r_tau the bonus is drawn from target row tau (as on the CPU); if the row it
 // is finally drawn from has no positive entry (invalid probabilities), the bonus is -1.
 #include "cuda_common.cuh"
-#include "cuda_seed_on_device.h"
+#include "trtspec/kernels.h"
 
 namespace trtspec {
 namespace cuda {

@@ -14,7 +14,7 @@
 // target row (as on the CPU); if that row has no positive entry either (invalid probabilities),
 // the bonus is -1 and the accepted path is kept.
 #include "cuda_common.cuh"
-#include "cuda_seed_on_device.h"
+#include "trtspec/kernels.h"
 
 namespace trtspec {
 namespace cuda {

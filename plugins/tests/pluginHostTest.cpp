@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_seed_on_device.h"
+#include "trtspec/kernels.h"
 #include "trtSpecTreeMask/trtSpecTreeMaskPlugin.h"
 #include "trtSpecVerifyBlock/trtSpecVerifyBlockPlugin.h"
 #include "trtSpecVerifyGreedy/trtSpecVerifyGreedyPlugin.h"

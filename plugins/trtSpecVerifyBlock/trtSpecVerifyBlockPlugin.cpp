@@ -1,7 +1,7 @@
 #include "trtSpecVerifyBlock/trtSpecVerifyBlockPlugin.h"
 
 #include "common/trtspecShapeCheck.h"
-#include "cuda_seed_on_device.h"
+#include "trtspec/kernels.h"
 
 namespace trtspec {
 namespace plugin {

@@ -1,7 +1,7 @@
 #include "trtSpecVerifySample/trtSpecVerifySamplePlugin.h"
 
 #include "common/trtspecShapeCheck.h"
-#include "cuda_seed_on_device.h"
+#include "trtspec/kernels.h"
 
 namespace trtspec {
 namespace plugin {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_seed_on_device.h"
+#include "trtspec/kernels.h"
 #include "trtspec/kernels.h"
 
 using namespace trtspec;
