@@ -55,6 +55,25 @@ def test_requests_joining_and_leaving_match_running_alone(pipe):
         assert out[rid] == alone(pipe, prompts[rid], budget[rid]), rid
 
 
+def test_two_engines_of_one_pipeline_are_independent(dirs):
+    for drafter, draft in (("draft_model", dirs["draft"]), ("eagle3", dirs["eagle"])):
+        p = load_pipeline(dirs["target"], draft, drafter=drafter, draft_len=3)
+        e1, e2 = p.engine(max_batch_size=1), p.engine(max_batch_size=1)
+        e1.add_request(1, [5, 6, 7], SamplingParams(max_new_tokens=12))
+        e2.add_request(2, [9, 9], SamplingParams(max_new_tokens=12))
+        out, accepted = {1: [], 2: []}, {}
+        while e1.has_work() or e2.has_work():
+            for e in (e1, e2):
+                for o in e.step():
+                    out[o.request_id] += o.new_token_ids
+                    accepted[o.request_id] = o.stats.accepted_tokens
+        assert out[1] == alone(p, [5, 6, 7], 12) and out[2] == alone(p, [9, 9], 12)
+        # same drafts as alone, so the same acceptance (a shared drafter state would change them)
+        for rid, prompt in ((1, [5, 6, 7]), (2, [9, 9])):
+            (ids, st), = p.generate_ids([prompt], max_new_tokens=12)
+            assert accepted[rid] == st.accepted_tokens, (drafter, rid)
+
+
 def test_abort_frees_the_row(pipe):
     eng = pipe.engine(max_batch_size=1)
     eng.add_request(1, [3, 4], SamplingParams(max_new_tokens=50))

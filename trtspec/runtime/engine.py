@@ -76,13 +76,13 @@ class Engine:
             raise ValueError(f"max_seq_len must be in 2..{ctx} (the target's context), got {max_seq_len}")
         if spec.tree is not None and spec.tree.topk > drafter.max_branching:
             raise ValueError(f"drafter {drafter.name!r} proposes chains only; got tree topk={spec.tree.topk}")
-        self.target, self.drafter, self.spec = target, drafter, spec
+        self.target, self.drafter, self.spec = target, drafter.fork(), spec
         self.max_batch_size = max_batch_size
         self.max_seq_len = max_seq_len or ctx
         self.device = target.lm_head.weight.device
         self.slots = self.max_seq_len + tree_size(spec.branching, spec.max_depth) + 1   # + scratch slot
         self.cache = target.new_cache(max_batch_size, self.slots)
-        drafter.reserve(max_batch_size, self.slots)
+        self.drafter.reserve(max_batch_size, self.slots)
         self.free_rows = list(range(max_batch_size))[::-1]
         self.waiting: list[Request] = []
         self.running: list[Request] = []

@@ -14,6 +14,7 @@ unexpanded nodes); children are ``top-K`` in greedy mode, and in sample mode K i
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -65,8 +66,12 @@ class Drafter:
     capture_layers: tuple[int, ...] = ()   # target layers whose outputs commit() needs
     max_branching: int = 1                 # 1: chains only
 
+    def fork(self) -> "Drafter":
+        """A drafter sharing this one's weights with its own (empty) state; each engine uses its own."""
+        return copy.copy(self)
+
     def reserve(self, rows: int, slots: int) -> None:
-        pass
+        """Allocate state for ``rows`` requests of up to ``slots`` cache slots (and forget any old state)."""
 
     def admit(self, reqs, prefill_aux: torch.Tensor | None) -> None:
         pass

@@ -22,6 +22,7 @@ class DraftModelDrafter(TreeDrafter):
 
     def reserve(self, rows, slots):
         self.cache = self.model.new_cache(rows, slots)
+        self.seen = {}
 
     def cache_slots(self):
         return self.cache.slots

@@ -28,6 +28,7 @@ class Eagle3Drafter(TreeDrafter):
 
     def reserve(self, rows, slots):
         self.cache = self.head.new_cache(rows, slots)
+        self.seen, self.pending = {}, {}
 
     def cache_slots(self):
         return self.cache.slots
