@@ -115,14 +115,13 @@ def test_eagle3_cache_matches_fresh_prefill(pair):
     """After several speculative steps, the head's prediction for the next root equals the one of a
     fresh head that prefills the whole committed text at once."""
     target, head = pair["target"], pair["eagle_random"]
-    drafter = Eagle3Drafter(head, target)
-    eng = Engine(target, drafter, SpecConfig(tree=TreeShape(2, 3)), max_batch_size=2)
+    eng = Engine(target, Eagle3Drafter(head, target), SpecConfig(tree=TreeShape(2, 3)), max_batch_size=2)
     for i, p in enumerate(ragged_prompts(2, seed=3, lo=5)):
         eng.add_request(i, p, SamplingParams(max_new_tokens=40))
     for _ in range(5):
         eng.step()
     reqs = list(eng.running)
-    logits_inc, _, _ = drafter.catch_up(reqs)
+    logits_inc, _, _ = eng.drafter.catch_up(reqs)
 
     fresh = Engine(target, Eagle3Drafter(head, target), SpecConfig(draft_len=1), max_batch_size=2)
     for r in reqs:
