@@ -156,4 +156,5 @@ def test_run_sweep_end_to_end_on_tiny_pair(pair, tmp_path):
     assert json.loads((tmp_path / "out" / "sweep.json").read_text())["table"] == res["table"]
     assert M.load_profile(tmp_path / "out" / "acceptance.json")["draft_len"] == 2
     for v in res["verdicts"]:
-        assert v["ratios"]["planner"] is not None and 0 < v["ratios"]["planner"] <= 1.0
+        d, r = v["choices"]["planner"], v["ratios"]["planner"]
+        assert 0 <= d <= 2 and ((r is None) == (d == 1)) and (r is None or 0 < r <= 1.0)

@@ -3,7 +3,8 @@
 For every batch size B and draft length D in the grid, the local runtime generates for B prompts
 at once (``rounds`` batches, after one untimed warm-up batch per pipeline) and the output
 throughput (tokens/s over the wall time) is measured. The acceptance measured at the largest D
-(greedy acceptance does not depend on B) and a cost table (``trtspec profile``) then give, per B:
+and largest B (the most distinct prompts; greedy acceptance does not depend on B) and a cost
+table (``trtspec profile``) then give, per B:
 
 * ``planner``: the D that the recipe planner (``trtspec.recipes``: ``build_request`` + ``plan``,
   as ``resolve_recipe('auto')`` runs it) chooses with that acceptance and calibration for exactly
@@ -95,7 +96,8 @@ def measure_grid(load: Callable[[int], LocalRunner], prompts: Sequence[Prompt], 
     """Measure every (B, D). ``load(D)`` returns a LocalRunner with draft length D; all are loaded
     and warmed up first, then the whole grid is measured ``cfg.repeats`` times, interleaved (so slow
     drift of a shared machine hits every D alike), keeping each point's median tokens/s. Returns the
-    points and, per D, the request records of its first B = min(batch_sizes) run (for acceptance)."""
+    points and, per D, the request records of its first run at the largest B (the most distinct
+    prompts; greedy acceptance does not depend on B), for the acceptance profile."""
     import statistics
 
     if not prompts:
@@ -116,7 +118,7 @@ def measure_grid(load: Callable[[int], LocalRunner], prompts: Sequence[Prompt], 
                 steps = sum(r.num_drafts for r in out.records)
                 acc = sum(r.accepted_tokens for r in out.records)
                 runs.setdefault((b, d), []).append((toks, out.wall_s, steps, acc))
-                if b == cfg.batch_sizes[0] and d not in records:
+                if b == cfg.batch_sizes[-1] and d not in records:
                     records[d] = out.records
                 if progress is not None:
                     progress()
@@ -221,7 +223,7 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
         raise ValueError("draft_lens: the sweep needs some D >= 1 to measure acceptance")
     prof = M.build_profile(records[dmax], drafter=drafter, draft_len=dmax,
                            source=f"trtspec bench --sweep: target={target_dir}, draft={draft}, D={dmax}, "
-                                  f"B={cfg.batch_sizes[0]}, greedy, {device}")
+                                  f"B={cfg.batch_sizes[-1]}, {len(records[dmax])} requests, greedy, {device}")
     acc_path = prof.save(out / "acceptance.json")
     if calibration is None:
         pc = profile_cfg or ProfileConfig(batch_sizes=cfg.batch_sizes, tokens=tuple(d + 1 for d in cfg.draft_lens),
