@@ -157,3 +157,28 @@ def test_mtp_needs_mtp_layers():
 
     with pytest.raises(RecipeError, match="has no MTP layers"):
         build_request(model="llama-3.1-8b", gpu="h100", drafters="mtp", acceptance="rates=0.8")
+
+
+def test_kernel_floor_binds_small_gemms_only():
+    """A GEMM group never costs less than kernels * kernel_floor; a 70B-sized GEMM is untouched by the floor."""
+    from trtspec.recipes.costmodel import gemm_time
+
+    gpu, prec = load_gpu("b200"), Precision.of("fp4")
+    assert gpu.kernel_floor > 0
+    assert gemm_time(7168 * 64, 1, gpu, prec, 7168, kernels=3) == pytest.approx(3 * gpu.kernel_floor)
+    big = 8192 * 28672 * 3
+    roofline = (big * prec.weight_bytes + 2 * 8192 * 2.0) / (gpu.bandwidth * gpu.eff_bandwidth)
+    assert gemm_time(big, 1, gpu, prec, 8192, kernels=3) == pytest.approx(roofline)
+
+
+def test_latency_floors_are_fixed_in_draft_length_for_tp8_mla_moe():
+    """DeepSeek-R1 at TP8, batch 1: the floors raise the plain decode step (many tiny kernels per layer) but the
+    fixed part of verification does not grow with D -- only routed-expert loading (and all-reduce bytes) does."""
+    arch, gpu, prec = load_architecture("deepseek-r1"), load_gpu("b200"), Precision.of("fp4:attn=bf16")
+    one = forward_cost(arch, gpu, prec, tp=8, batch=1, tokens=1, context=1536)
+    four = forward_cost(arch, gpu, prec, tp=8, batch=1, tokens=4, context=1536)
+    assert four.overhead == pytest.approx(one.overhead) and four.linear == pytest.approx(one.linear)
+    assert four.moe > 2 * one.moe
+    layers = arch.num_layers
+    # every layer pays at least its small kernels' floors: >= 4 (MLA) + 2 (dense) kernels
+    assert one.overhead >= layers * 6 * gpu.kernel_floor

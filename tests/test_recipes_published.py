@@ -31,14 +31,15 @@ def test_deepseek_r1_mtp_8xb200_batch1_three_drafts_best():
     attention and bf16 MTP layers, batch 1): MTP with 3 draft tokens is best, 2.16x over no speculation.
 
     Acceptance: prior deepseek-r1-mtp (DeepSeek-V3 report a_1 = 85-90%; later positions from an independent MTP
-    measurement). The chosen D must be exactly 3. Speedup tolerance 25%: the model leaves out part of the fixed
-    per-layer cost of MLA+MoE layers at TP8 (many small kernels), which makes the extra experts that verification
-    loads look dearer than they are, so it under-predicts (about 1.8x); the tolerance covers that known bias plus the
-    +-2.5% spread of the published a_1."""
+    measurement). The chosen D must be exactly 3. Speedup tolerance 10%, from its parts: the published a_1 range
+    moves E[AL] at D=3 by +-1.8%; the kernel-duration floor (2.0 us, the latency floor that carries the fixed cost
+    of the ~20 small kernels and 2 all-reduces of each TP8 MLA+MoE layer) moves the prediction by -3%/+4% over
+    1.5-2.5 us; the constant-rate spread of positions 2-3 and the relaxed acceptance the blog also reports account
+    for the rest. The model predicts ~2.09x."""
     row = _row(model="deepseek-r1", gpu="b200", tp=8, quant="fp4:attn=bf16", drafters="mtp", draft_quant="none",
                acceptance="prior:deepseek-r1-mtp", batches=[1], context=1536, max_draft_len=7)
     assert row.draft_len == 3
-    assert row.speedup == pytest.approx(2.16, rel=0.25)
+    assert row.speedup == pytest.approx(2.16, rel=0.10)
 
 
 def test_llama31_8b_eagle3_h100_batch1_sglang():

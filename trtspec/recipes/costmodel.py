@@ -21,6 +21,12 @@ processes ``batch`` requests with ``tokens`` new tokens each (1 for plain decode
 * **Fixed costs**: ``gpu.layer_overhead`` per Llama-style layer (launch gaps under CUDA graphs; other block kinds
   scale by their kernel count, ``KERNEL_WEIGHT``) and ``gpu.step_overhead`` per forward (scheduling, sampling, host
   sync); see the GPU file for the justification of each figure.
+* **Latency floors** (``gpu.kernel_floor``): no kernel finishes faster than about one launch + one wave, whatever its
+  roofline says. Each GEMM costs ``max(roofline, floor)`` (a group of n matrices: ``max(roofline, n*floor)``,
+  ``GEMM_COUNT``); the attention / state kernel and each routed-expert grouped GEMM likewise; the small kernels of a
+  block that move almost no bytes (norms, RoPE, activation, MoE top-k / permute / finalize: ``SMALL_KERNELS``) cost
+  one floor each. At batch 1 these floors bind only where the per-GPU work is tiny -- TP8 MLA+MoE layers (DeepSeek),
+  small drafts -- and, because they are maxima, they do not grow with D: the growth comes from the roofline terms.
 
 Guideline 4 (low-latency end) follows: at batch 1 both the target and a deep draft are dominated by per-layer work,
 so speedup ~ AL / (1 + rho*D) with rho ~ draft depth / target depth.
@@ -48,6 +54,15 @@ ACT_BYTES = 2.0      # activations travel in bf16
 # gated DeltaNet ~7, a plain MLP ~4-5.
 KERNEL_WEIGHT = {"attention": 0.5, "sliding": 0.5, "mla": 1.0, "linear": 0.8, "mamba2": 0.7, "dense": 0.5, "moe": 1.0,
                  None: 0.0}
+# Latency-floor kernel counts per block half (see module docstring). GEMM_COUNT: separate weight GEMM launches --
+# GQA qkv + o; MLA fused q_a/kv_a, q_b, the two absorb bmm's and o (TensorRT-LLM's DeepSeek decode path); DeltaNet
+# in_proj qkvz + ba + out; Mamba-2 in_proj + out; dense gate_up + down; MoE router + shared gate_up + shared down
+# (routed experts: 2 grouped GEMMs, floored in moe_time). SMALL_KERNELS: kernels with negligible traffic -- input
+# norm + RoPE/KV write (GQA), input/q_a/kv_a norms + RoPE (MLA), conv1d + gated norm + gating (DeltaNet, Mamba-2),
+# post-attention norm + activation (dense), norm + top-k + permute + finalize (MoE; activation fused in the GEMM).
+GEMM_COUNT = {"attention": 2, "sliding": 2, "mla": 5, "linear": 3, "mamba2": 2, "dense": 2, "moe": 3, None: 0}
+SMALL_KERNELS = {"attention": 2, "sliding": 2, "mla": 4, "linear": 3, "mamba2": 3, "dense": 2, "moe": 4, None: 0}
+ROUTED_GEMMS = 2
 STATE_BYTES = 4.0    # recurrent (linear attention / SSM) states are kept in fp32
 
 
@@ -105,9 +120,10 @@ class StepCost:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def gemm_time(params: float, m: int, gpu: GPU, prec: Precision, hidden: int, wbytes: float | None = None) -> float:
-    """One group of weight matrices (``params`` elements on this GPU, ``wbytes`` bytes each, default the quant's)
-    applied to ``m`` rows of width ~``hidden``."""
+def gemm_time(params: float, m: int, gpu: GPU, prec: Precision, hidden: int, wbytes: float | None = None,
+              kernels: int = 1) -> float:
+    """One group of ``kernels`` weight GEMMs (``params`` elements on this GPU in all, ``wbytes`` bytes each, default
+    the quant's) applied to ``m`` rows of width ~``hidden``; never less than ``kernels * gpu.kernel_floor``."""
     if params <= 0 or m <= 0:
         return 0.0
     bw = gpu.bandwidth * gpu.eff_bandwidth
@@ -117,7 +133,7 @@ def gemm_time(params: float, m: int, gpu: GPU, prec: Precision, hidden: int, wby
     t_cmp = 2.0 * m * params / peak
     if t_cmp > t_mem:  # compute-bound: a partly filled tile costs a full one
         t_cmp = 2.0 * math.ceil(m / gpu.gemm_tile_m) * gpu.gemm_tile_m * params / peak
-    return max(t_mem, t_cmp)
+    return max(t_mem, t_cmp, kernels * gpu.kernel_floor)
 
 
 def attention_time(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int,
@@ -134,7 +150,7 @@ def attention_time(arch: Architecture, block: Block, gpu: GPU, prec: Precision, 
         passes = math.ceil(heads * tokens / tile)
         bytes_pass = batch * length * latent * prec.kv_bytes
         flops_pass = batch * 2.0 * tile * length * (latent + arch.mla.kv_lora_rank)
-        return passes * max(bytes_pass / bw, flops_pass / peak)
+        return max(passes * max(bytes_pass / bw, flops_pass / peak), gpu.kernel_floor)
     if block.window:
         length = min(length, block.window)
     kv_local = max(1, arch.num_kv_heads // tp)
@@ -142,7 +158,7 @@ def attention_time(arch: Architecture, block: Block, gpu: GPU, prec: Precision, 
     passes = math.ceil(group * tokens / tile)
     bytes_pass = batch * kv_local * length * 2 * arch.head_dim * prec.kv_bytes
     flops_pass = batch * kv_local * 4.0 * tile * length * arch.head_dim
-    return passes * max(bytes_pass / bw, flops_pass / peak)
+    return max(passes * max(bytes_pass / bw, flops_pass / peak), gpu.kernel_floor)
 
 
 def state_time(spec, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int) -> float:
@@ -152,7 +168,7 @@ def state_time(spec, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int
     per_request = (spec.state * STATE_BYTES + spec.conv * ACT_BYTES) / tp
     bytes_ = batch * per_request * (1 + tokens)
     flops = batch * tokens * spec.flops_per_token / tp
-    return max(bytes_ / bw, flops / peak)
+    return max(bytes_ / bw, flops / peak, gpu.kernel_floor)
 
 
 def unique_experts(num_experts: int, k: int, routed_tokens: int) -> float:
@@ -172,7 +188,7 @@ def moe_time(arch: Architecture, gpu: GPU, prec: Precision, tp: int, m: int) -> 
     t_cmp = 2.0 * m * moe.experts_per_token * per_expert / peak
     if t_cmp > t_mem:
         t_cmp = 2.0 * u * math.ceil(rows / gpu.gemm_tile_m) * gpu.gemm_tile_m * per_expert / peak
-    return max(t_mem, t_cmp)
+    return max(t_mem, t_cmp, ROUTED_GEMMS * gpu.kernel_floor)
 
 
 def allreduce_time(gpu: GPU, tp: int, nbytes: float) -> float:
@@ -188,16 +204,19 @@ def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: 
                context: int) -> StepCost:
     """One decoder layer of kind ``block``."""
     m = batch * tokens
-    c = StepCost(overhead=gpu.layer_overhead * (KERNEL_WEIGHT[block.mixer] + KERNEL_WEIGHT[block.ffn]))
+    c = StepCost(overhead=gpu.layer_overhead * (KERNEL_WEIGHT[block.mixer] + KERNEL_WEIGHT[block.ffn])
+                 + gpu.kernel_floor * (SMALL_KERNELS[block.mixer] + SMALL_KERNELS[block.ffn]))
     if block.mixer:
-        c.linear += gemm_time(arch.mixer_params(block.mixer) / tp, m, gpu, prec, arch.hidden, prec.mixer_weight_bytes)
+        c.linear += gemm_time(arch.mixer_params(block.mixer) / tp, m, gpu, prec, arch.hidden, prec.mixer_weight_bytes,
+                              kernels=GEMM_COUNT[block.mixer])
         if block.mixer in ("linear", "mamba2"):
             c.state += state_time(arch.linear if block.mixer == "linear" else arch.mamba, gpu, prec, tp, batch, tokens)
         else:
             c.attention += attention_time(arch, block, gpu, prec, tp, batch, tokens, context)
         c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
     if block.ffn:
-        c.linear += gemm_time(arch.ffn_params(block.ffn) / tp, m, gpu, prec, arch.hidden)
+        gemms = GEMM_COUNT[block.ffn] if block.ffn == "dense" or arch.moe.shared_intermediate else 1  # router only
+        c.linear += gemm_time(arch.ffn_params(block.ffn) / tp, m, gpu, prec, arch.hidden, kernels=gemms)
         if block.ffn == "moe":
             c.moe += moe_time(arch, gpu, prec, tp, m)
         c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)

@@ -39,6 +39,7 @@ class GPU:
     layer_overhead: float = 5e-6
     step_overhead: float = 170e-6
     spec_overhead: float = 40e-6
+    kernel_floor: float = 0.0
     attention_tile_rows: int = 128
     gemm_tile_m: int = 128
     requires_calibration: bool = False
@@ -58,7 +59,7 @@ class GPU:
         for attr in ("eff_bandwidth", "eff_compute", "eff_link"):
             if not 0 < getattr(self, attr) <= 1:
                 raise CatalogError(f"gpu {self.name!r}: efficiency {attr} must be in (0, 1], got {getattr(self, attr)}")
-        for attr in ("allreduce_latency", "layer_overhead", "step_overhead", "spec_overhead"):
+        for attr in ("allreduce_latency", "layer_overhead", "step_overhead", "spec_overhead", "kernel_floor"):
             if getattr(self, attr) < 0:
                 raise CatalogError(f"gpu {self.name!r}: {attr} must be >= 0")
         if self.attention_tile_rows < 1 or self.gemm_tile_m < 1:
@@ -115,6 +116,7 @@ def load_gpu_file(path: str | Path) -> GPU:
         kwargs[attr] = float(value)
     for key, attr, scale in (("allreduce_latency_us", "allreduce_latency", 1e-6), ("layer_overhead_us", "layer_overhead", 1e-6),
                              ("step_overhead_us", "step_overhead", 1e-6), ("spec_overhead_us", "spec_overhead", 1e-6),
+                             ("kernel_floor_us", "kernel_floor", 1e-6),
                              ("attention_tile_rows", "attention_tile_rows", None), ("gemm_tile_m", "gemm_tile_m", None)):
         value, sources[f"overheads.{key}"] = _figure(ovh, key, path, need="justification")
         kwargs[attr] = float(value) * scale if scale else int(value)
