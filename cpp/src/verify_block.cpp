@@ -2,8 +2,9 @@
 // arXiv 2403.10444). Mirrors reference.verify_block operation for operation.
 //
 // tau is the largest i with eta_i <= h_i, so the loop runs from i = D downwards and stops at the
-// first success: rows past tau are never read and each residual r_i is formed at most once more
-// (for the bonus). Uniform draws: eta_i is draw i-1, the bonus is draw D.
+// first success: rows below tau are never read. The test eta_i <= h_i is decided from a fast
+// bracket of the residual mass (the sequential sum only when eta_i lands inside it), so its result
+// is that of the reference's sequential sum. Uniform draws: eta_i is draw i-1, the bonus is draw D.
 #include "cpu_common.h"
 #include "trtspec/random.h"
 
@@ -11,16 +12,27 @@ namespace trtspec {
 namespace cpu {
 namespace {
 
-// dst = float32(max(w * p - q, 0)) with float64 maths and cdf = its sequential float64 prefix
-// sums (cdf[v-1] = the residual mass); returns false on an invalid entry.
-inline bool residual(const float* p, const float* q, double w, float* dst, double* cdf, int64_t v) {
-    if (detail::residualF64(p, q, w, dst, v)) return false;
-    double s = 0.0;
-    for (int64_t i = 0; i < v; ++i) {
-        s += static_cast<double>(dst[i]);
-        cdf[i] = s;
+// h_i exactly as the reference computes it from the residual mass.
+inline double hOf(double mass, double w) {
+    const double den = mass + 1.0 - w;
+    return den > 0.0 ? mass / den : 1.0;
+}
+
+// The test eta <= h_i, where h_i uses the sequential float64 mass of r (= buf[0..v)). The mass is
+// first bracketed with a fast sum and its rounding bound; only when eta falls inside the
+// (tiny) bracket of h, or h is ill-conditioned (mass + 1 - w < 1e-6), is the sequential sum formed.
+inline bool passes(double eta, const float* r, int64_t v, double w) {
+    const double fast = detail::fastSum(r, v);
+    const double err = 2.5 * static_cast<double>(v) * 0x1p-53 * fast;  // >= |sequential - fast|
+    const double lo = std::max(0.0, fast - err), hi = fast + err;
+    const double den = lo + (1.0 - w);
+    if (den >= 1e-6) {
+        // rounding of h's own formula: relative <= ~(hi + 1) * 2^-53 / den + 2^-52; margin 4x that
+        const double margin = 4.0 * ((hi + 1.0) * 0x1p-53 / den + 0x1p-52);
+        if (eta <= hOf(lo, w) * (1.0 - margin)) return true;
+        if (eta > hOf(hi, w) * (1.0 + margin)) return false;
     }
-    return true;
+    return eta <= hOf(detail::seqSum(r, v), w);
 }
 
 }  // namespace
@@ -62,17 +74,14 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
             }
             // tau = largest i in 1..D with eta_i <= h_i; h_D = w_D, h_i = |r_i| / (|r_i| + 1 - w_i)
             int32_t tau = 0;
-            bool haveResidual = false;  // buf/cdf hold r_tau and its prefix sums
+            bool haveResidual = false;  // buf holds r_tau
             if (D >= 1 && eta(D - 1) <= w[D]) {
                 tau = D;
             } else {
                 for (int32_t i = D - 1; i >= 1; --i) {
-                    if (!residual(target(i), draft(i), w[i], buf.data(), cdf.data(), vocab))
+                    if (detail::residualF64(target(i), draft(i), w[i], buf.data(), vocab))
                         return Status::kInvalidProbability;
-                    const double mass = cdf[vocab - 1];
-                    const double den = mass + 1.0 - w[i];
-                    const double h = den > 0.0 ? mass / den : 1.0;
-                    if (eta(i - 1) <= h) {
+                    if (passes(eta(i - 1), buf.data(), vocab, w[i])) {
                         tau = i;
                         haveResidual = true;
                         break;
@@ -83,9 +92,9 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
             const double ub = eta(static_cast<uint64_t>(D));
             int64_t y;
             if (tau < D) {
-                if (!haveResidual && !residual(target(tau), draft(tau), w[tau], buf.data(), cdf.data(), vocab))
+                if (!haveResidual && detail::residualF64(target(tau), draft(tau), w[tau], buf.data(), vocab))
                     return Status::kInvalidProbability;
-                y = detail::searchCdf(buf.data(), cdf.data(), vocab, ub);
+                y = detail::sampleRow(buf.data(), vocab, ub, cdf.data(), /*check=*/false);
                 if (y == -2) y = detail::sampleRow(target(tau), vocab, ub, cdf.data());
             } else {
                 y = detail::sampleRow(target(D), vocab, ub, cdf.data());

@@ -11,25 +11,11 @@ namespace trtspec {
 namespace cpu {
 namespace {
 
-// After a rejection of token x: dst = max(p - q, 0) (dst may alias p), *sumP = its sequential
-// float64 sum and, with withoutReplacement, *sumQ = the sequential sum of q with q(x) = 0.
-// Returns false if an entry of p or q is NaN, Inf or negative.
-inline bool residual(const float* p, const float* q, float* dst, int64_t v, int64_t x, bool withoutReplacement,
-                     double* sumP, double* sumQ) {
-    if (detail::residualF32(p, q, dst, v)) return false;
-    if (!withoutReplacement) {
-        *sumP = detail::seqSum(dst, v);
-        return true;
-    }
-    // two independent chains in one loop; q(x) = 0.0 adds nothing (s + 0.0 == s)
-    double sp = 0.0, sq = 0.0;
-    for (int64_t i = 0; i < v; ++i) {
-        sp += static_cast<double>(dst[i]);
-        sq += i == x ? 0.0 : static_cast<double>(q[i]);
-    }
-    *sumP = sp;
-    *sumQ = sq;
-    return true;
+// Sequential float64 sum of q with q(x) = 0 (adding 0.0 changes nothing, so x is skipped).
+inline double sumWithout(const float* q, int64_t v, int64_t x) {
+    double s = 0.0;
+    for (int64_t i = 0; i < v; ++i) s += i == x ? 0.0 : static_cast<double>(q[i]);
+    return s;
 }
 
 }  // namespace
@@ -75,6 +61,16 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
             int32_t u = 0, len = 0;
             path[0] = 0;
             const float* p = row(targetProbs, 0);  // current target distribution (a row or pbuf)
+            // Lazy normalisation: after a rejection pbuf holds r = max(p - q, 0) and p = r / total,
+            // where total (the sequential sum of r) is only bracketed by [lo, hi] until p is needed
+            // in full; an accept test usually decides from the bracket alone.
+            bool pending = false;
+            double lo = 0.0, hi = 0.0;
+            auto materialize = [&]() {
+                const double total = detail::seqSum(pbuf.data(), vocab);
+                if (total > 0.0) detail::divideInto(pbuf.data(), pbuf.data(), vocab, total);
+                pending = false;
+            };
             bool descended = true;
             while (descended) {
                 descended = false;
@@ -82,22 +78,46 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
                 for (int32_t c = tree.firstChild[u]; c >= 0; c = tree.nextSibling[c]) {
                     const int64_t x = tok[c];
                     const double r = uniform(seed, offset, static_cast<uint64_t>(b), k++);
-                    const float px = p[x], qx = q[x];
-                    if (detail::badProb(px) || detail::badProb(qx)) return Status::kInvalidProbability;
-                    if (r * static_cast<double>(qx) < static_cast<double>(px)) {  // accept: prob min(1, p/q)
+                    const float qx = q[x];
+                    if (detail::badProb(qx)) return Status::kInvalidProbability;
+                    const double rq = r * static_cast<double>(qx);
+                    bool accept;  // r * q(x) < p(x): probability min(1, p/q)
+                    if (pending) {  // p(x) = float(r(x) / total) lies in [float(r(x)/hi), float(r(x)/lo)]
+                        const double rx = static_cast<double>(pbuf[x]);
+                        if (rq < static_cast<double>(static_cast<float>(rx / hi))) {
+                            accept = true;
+                        } else if (!(rq < static_cast<double>(static_cast<float>(rx / lo)))) {
+                            accept = false;
+                        } else {
+                            materialize();
+                            accept = rq < static_cast<double>(pbuf[x]);
+                        }
+                    } else {
+                        const float px = p[x];
+                        if (detail::badProb(px)) return Status::kInvalidProbability;
+                        accept = rq < static_cast<double>(px);
+                    }
+                    if (accept) {
                         u = c;
                         path[++len] = c;
                         p = row(targetProbs, c);
+                        pending = false;
                         descended = true;
                         break;
                     }
                     // residual after a rejection: p <- normalize(max(p - q, 0))
-                    double sumP = 0.0, sumQ = 0.0;
-                    if (!residual(p, q, pbuf.data(), vocab, x, siblingsWithoutReplacement, &sumP, &sumQ))
-                        return Status::kInvalidProbability;
-                    if (sumP > 0.0) detail::divideInto(pbuf.data(), pbuf.data(), vocab, sumP);
+                    if (pending) materialize();
+                    if (detail::residualF32(p, q, pbuf.data(), vocab)) return Status::kInvalidProbability;
                     p = pbuf.data();
+                    const double fast = detail::fastSum(pbuf.data(), vocab);
+                    if (fast > 0.0) {  // else r == 0 everywhere: normalize leaves it as it is
+                        const double err = 2.5 * static_cast<double>(vocab) * 0x1p-53 * fast;  // >= |seq - fast|
+                        lo = fast - err;
+                        hi = fast + err;
+                        pending = true;
+                    }
                     if (siblingsWithoutReplacement) {  // q(x) <- 0; q <- normalize(q) (unless its sum is 0)
+                        const double sumQ = sumWithout(q, vocab, x);
                         if (sumQ > 0.0) {
                             detail::divideInto(q, qbuf.data(), vocab, sumQ);
                         } else if (q != qbuf.data()) {
@@ -108,6 +128,7 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
                     }
                 }
             }
+            if (pending) materialize();
             // bonus ~ p; if rounding emptied the residual, ~ the target row of the last accepted node
             const double ub = uniform(seed, offset, static_cast<uint64_t>(b), k);
             int64_t y = detail::sampleRow(p, vocab, ub, cdf.data(), /*check=*/p != pbuf.data());
