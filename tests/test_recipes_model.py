@@ -177,7 +177,8 @@ def test_latency_floors_are_fixed_in_draft_length_for_tp8_mla_moe():
     arch, gpu, prec = load_architecture("deepseek-r1"), load_gpu("b200"), Precision.of("fp4:attn=bf16")
     one = forward_cost(arch, gpu, prec, tp=8, batch=1, tokens=1, context=1536)
     four = forward_cost(arch, gpu, prec, tp=8, batch=1, tokens=4, context=1536)
-    assert four.overhead == pytest.approx(one.overhead) and four.linear == pytest.approx(one.linear)
+    assert four.overhead == pytest.approx(one.overhead)
+    assert four.linear == pytest.approx(one.linear, rel=0.02)  # only activation bytes grow
     assert four.moe > 2 * one.moe
     layers = arch.num_layers
     # every layer pays at least its small kernels' floors: >= 4 (MLA) + 2 (dense) kernels
