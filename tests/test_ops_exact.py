@@ -160,3 +160,17 @@ def test_empty_residual_falls_back_to_target_row():
     out = ops.verify_block(tokens[:, 1:].contiguous(), target, draft[:, :1].contiguous(), seed, 0)
     _equal(out, reference.verify_block(tokens[:, 1:], target, draft[:, :1], seed, 0))
     assert int(out[0]) == 0
+
+
+@pytest.mark.parametrize("V", [7, 111, 32000])
+def test_verify_block_near_equal_distributions_match_reference(gen, V):
+    """Target ~= draft: w_i == 1 and residual masses ~1e-9 make h_i ill-conditioned, so the kernel
+    takes its exact (sequential-sum) path for the test eta_i <= h_i; it must still agree."""
+    B, D = 16, 6
+    draft = torch.softmax(torch.randn(B, D + 1, V, generator=gen), -1)
+    target = (draft * (1 + 1e-7 * torch.randn(B, D + 1, V, generator=gen))).contiguous()
+    tokens = torch.multinomial(draft[:, :D].reshape(-1, V), 1, generator=gen).view(B, D)
+    draft = draft[:, :D].contiguous()
+    for seed in range(4):
+        out = ops.verify_block(tokens, target, draft, seed, 0)
+        _equal(out, reference.verify_block(tokens, target, draft, seed, 0))
