@@ -403,7 +403,8 @@ def test_serve_exits_cleanly_on_sigint(bundle, tmp_path, greedy):
 
 
 def test_demo_pair_bundle_serves_greedy(tmp_path):
-    """The shipped demo pair, laid out as a bundle, loads in its own server and answers its greedy text."""
+    """The shipped demo pair laid out as a bundle (target/, draft/, llm_api.yaml as `trtspec build` writes
+    them) loads in its own server and answers the runtime's greedy text with the same acceptance counters."""
     import yaml
 
     try:
@@ -415,22 +416,23 @@ def test_demo_pair_bundle_serves_greedy(tmp_path):
     from trtspec.runtime import load_pipeline
     from trtspec.triton.repository import write_repository
 
+    install = _server_install()
     bundle = tmp_path / "demo"
     bundle.mkdir()
     (bundle / "target").symlink_to(target, target_is_directory=True)
     (bundle / "draft").symlink_to(draft, target_is_directory=True)
     (bundle / "llm_api.yaml").write_text(yaml.safe_dump({"speculative_config": {
-        "decoding_type": "Draft_Target", "max_draft_len": 4, "speculative_model": "draft"}}))
+        "decoding_type": "Draft_Target", "max_draft_len": 4, "max_total_draft_tokens": 4,
+        "speculative_model": "./draft", "draft_len_schedule": {8: 4, 64: 2}}}))
     prompts = ["def fibonacci(n):\n", "import os\nimport sys\n\n"]
-    want = load_pipeline(target, draft, draft_len=4).generate(prompts, max_new_tokens=32)
-    write_repository(bundle, tmp_path / "repo", "demo")
-    with TritonServer(tmp_path / "repo", install=_server_install(), log_path=tmp_path / "demo.log") as srv:
+    want = load_pipeline(target, draft, draft_len=4, draft_len_schedule={8: 4, 64: 2}).generate(
+        prompts, max_new_tokens=32)
+    write_repository(bundle, bundle / "triton")
+    with TritonServer(bundle / "triton", install=install, log_path=tmp_path / "demo.log") as srv:
         for prompt, g in zip(prompts, want):
-            url = f"http://{srv.http_url}/v2/models/demo/generate"
-            req = urllib.request.Request(url, data=json.dumps({
-                "text_input": prompt, "sampling_param_max_tokens": 32,
-                "sampling_param_return_perf_metrics": True}).encode(), method="POST")
-            with urllib.request.urlopen(req, timeout=120) as r:
-                out = json.loads(r.read())
+            out = _generate(srv, {"text_input": prompt, "sampling_param_max_tokens": 32,
+                                  "sampling_param_return_perf_metrics": True})
             assert out["text_output"] == g.text
-            assert out["total_draft_tokens"] == g.stats.draft_tokens and out["total_accepted_draft_tokens"] == g.stats.accepted_tokens
+            assert out["total_draft_tokens"] == g.stats.draft_tokens > 0
+            assert out["total_accepted_draft_tokens"] == g.stats.accepted_tokens
+        assert "draft_len 4, schedule {8: 4, 64: 2}" in srv.log_path.read_text()
