@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtspec.runtime.drafters import DRAFTERS
-from trtspec.runtime.params import VERIFY_METHODS, SamplingParams, SpecConfig
+from trtspec.runtime.params import DRAFTERS, VERIFY_METHODS, SamplingParams, SpecConfig
 
 _S, _P = SamplingParams(), SpecConfig()
 

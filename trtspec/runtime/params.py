@@ -4,6 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 VERIFY_METHODS = ("greedy", "sample", "block")
+DRAFTERS = ("draft_model", "ngram", "eagle3")
+
+
+def tree_size(branching: int, depth: int) -> int:
+    """Nodes of a top-k tree, root included: ``1 + K + (L-1) K^2`` (``1`` for depth 0)."""
+    return 1 if depth == 0 else 1 + branching + (depth - 1) * branching * branching
 
 
 @dataclass(frozen=True)
@@ -80,8 +86,6 @@ class SpecConfig:
     schedule_items: tuple = field(default=(), init=False, repr=False)
 
     def __post_init__(self):
-        from trtspec.runtime.drafters.base import tree_size
-
         if self.verify not in VERIFY_METHODS:
             raise ValueError(f"verify must be one of {VERIFY_METHODS}, got {self.verify!r}")
         if not 0 <= self.draft_len <= self.max_draft_len:

@@ -1,6 +1,5 @@
 """Drafters: ``draft_model`` (chain or top-k tree), ``ngram`` (prompt lookup), ``eagle3`` (EAGLE-3 head)."""
 from trtspec.runtime.drafters.base import Drafter, DraftMode, Proposal, tree_size
-
-DRAFTERS = ("draft_model", "ngram", "eagle3")
+from trtspec.runtime.params import DRAFTERS
 
 __all__ = ["DRAFTERS", "Drafter", "DraftMode", "Proposal", "tree_size"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from trtspec.runtime import masks
+from trtspec.runtime.params import tree_size
 from trtspec.runtime.sampling import draw, probs_per_request
 
 
@@ -44,11 +45,6 @@ class DraftMode:
     sample: bool
     without_replacement: bool = False
     generator: torch.Generator | None = None
-
-
-def tree_size(branching: int, depth: int) -> int:
-    """Nodes of a top-k tree, root included: ``1 + K + (L-1) K^2`` (``1`` for depth 0)."""
-    return 1 if depth == 0 else 1 + branching + (depth - 1) * branching * branching
 
 
 def chain_proposal(roots: torch.Tensor) -> Proposal:
