@@ -53,3 +53,29 @@ def test_llama31_8b_eagle3_h100_batch1_sglang():
                batches=[1], context=1024)
     assert row.baseline_tokens_per_s == pytest.approx(158.34, rel=0.05)
     assert 0.80 * 373.25 <= row.tokens_per_s <= 1.05 * 373.25
+
+
+@pytest.mark.parametrize("prior, al, draft_len", [("ngram-code-edits", 4.59, 5), ("dflash-llama3.1-8b", 6.10, 9)])
+def test_sourced_priors_reproduce_their_published_acceptance_length(prior, al, draft_len):
+    """Each prior's rates give back the published AL at the draft length it was measured at (vLLM PR 24344;
+    NVIDIA forum DFlash log), and each names its source URL."""
+    from trtspec.recipes.acceptance import load_prior
+
+    p = load_prior(prior)
+    assert p.expected_al(draft_len) == pytest.approx(al, abs=0.01)
+    assert "https://" in p.source
+
+
+@pytest.mark.parametrize("model, drafter", [("llama-3.1-8b", "sa"), ("llama-3.1-8b", "dspark"),
+                                            ("qwen3-next-80b-a3b", "mtp"), ("llama-3.1-8b", "ngram")])
+def test_drafters_without_a_published_prior_fail_loudly(model, drafter):
+    """No default prior for SA, DSpark, Qwen3-Next MTP, or n-gram (workload-specific): plan asks for --acceptance."""
+    from trtspec.recipes.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="acceptance"):
+        build_request(model=model, gpu="h200", drafters=drafter, batches=[1])
+
+
+def test_dflash_prior_is_the_default_for_llama31_8b():
+    req = build_request(model="llama-3.1-8b", gpu="h200", drafters="dflash", batches=[1])
+    assert req.acceptance["dflash"].name == "prior:dflash-llama3.1-8b"
