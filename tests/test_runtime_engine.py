@@ -317,3 +317,20 @@ def test_cli_without_target_uses_demo_pair_or_says_it_is_missing(dirs, monkeypat
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["draft"] == str(dirs["draft"]) and len(out["generations"][0]["token_ids"]) == 4
+
+
+def test_bench_runtime_rows_and_plot(pipe, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_runtime.py"
+    spec = importlib.util.spec_from_file_location("bench_runtime", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.bench(pipe, [1, 3], max_new_tokens=6)           # raises if outputs differ from plain decoding
+    assert [r["batch"] for r in rows] == [1, 3]
+    for r in rows:
+        assert r["output_tokens"] == 6 * r["batch"] and r["mean_al"] >= 1.0
+        assert r["speedup"] == pytest.approx(r["tokens_per_s_spec"] / r["tokens_per_s_base"])
+    bench.plot(rows, "test", tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").stat().st_size > 1000
