@@ -4,7 +4,8 @@ TensorRT-LLM's AUTO heuristic (D=5 up to batch 4, else 3).
 
     python benchmarks/bench_recipe.py [--device cpu|cuda] [--sweep 0..8] [--batch 1,4,16]
                                       [--prompts 16] [--max-new-tokens 32] [--repeats 3]
-                                      [--calibration cost_table.json] [--out bench_recipe_out] [--json]
+                                      [--clock auto|wall|cpu] [--calibration cost_table.json]
+                                      [--out bench_recipe_out] [--json]
 
 Steps: measure tokens/s of the local runtime for every (B, D) (held-out standard-library code
 prompts, greedy); the acceptance measured at the largest D and a cost table (``trtspec profile``
@@ -34,6 +35,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=16, help="held-out code prompts cycled through the batches")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--clock", choices=["auto", "wall", "cpu"], default="auto",
+                    help="auto: process CPU time (single-threaded) on --device cpu, wall time on cuda")
     ap.add_argument("--calibration", default=None, help="cost_table.json (default: profile now)")
     ap.add_argument("--gpu", default="h200", help="GPU name for the planner (its step times come from the table)")
     ap.add_argument("--out", default="bench_recipe_out")
@@ -47,14 +50,15 @@ def main(argv=None) -> int:
         target, demo_draft = demo_paths()
         draft = draft or demo_draft
     cfg = SweepConfig(draft_lens=parse_int_list(args.sweep, "--sweep"), batch_sizes=parse_int_list(args.batch, "--batch"),
-                      repeats=args.repeats, max_new_tokens=args.max_new_tokens)
+                      repeats=args.repeats, max_new_tokens=args.max_new_tokens,
+                      clock=args.clock if args.clock != "auto" else ("cpu" if args.device == "cpu" else "wall"))
     prompts = stdlib_code_prompts(args.prompts)
     res = run_sweep(target, draft, prompts, cfg, out_dir=args.out, device=args.device, dtype=args.dtype,
                     calibration=args.calibration, gpu=args.gpu)
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
-    print(f"device: {res['device']}; mean AL at D={max(cfg.draft_lens)}: {res['mean_al_at_max_d']:.3f}; "
+    print(f"clock: {cfg.clock}; device: {res['device']}; mean AL at D={max(cfg.draft_lens)}: {res['mean_al_at_max_d']:.3f}; "
           f"a_k = {', '.join(f'{a:.2f}' for a in res['rates'])}")
     print(res["table"])
     for v in res["verdicts"]:

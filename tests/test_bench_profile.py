@@ -27,7 +27,7 @@ def test_profile_table_format_and_recipes_reader(pair, tmp_path, method):
 
     target, draft = pair
     cfg = ProfileConfig(batch_sizes=(1, 3), tokens=(1, 4), draft_tokens=(1,), context_len=16, warmup=1, repeats=2,
-                        method=method)
+                        method=method, clock="cpu" if method == "engine" else "wall")
     table = profile_pair(target, draft, cfg)
     path = table.save(tmp_path / "cost_table.json")
     data = json.loads(path.read_text())
@@ -36,7 +36,7 @@ def test_profile_table_format_and_recipes_reader(pair, tmp_path, method):
     assert set(data["draft"]) == {"1", "3"} and set(data["draft"]["3"]) == {"1"}
     assert all(s > 0 for row in data["target"].values() for s in row.values())
     assert data["device"].startswith("cpu") and data["source"] and data["context_len"] == 16
-    assert data["method"] == method
+    assert data["method"] == method and data["clock"] == ("cpu" if method == "engine" else "wall")
     ours, theirs = load_cost_table(path), recipes_load(path)
     assert theirs.target_time(3, 4) == pytest.approx(data["target"]["3"]["4"])
     assert theirs.draft_step_time(1, 1) == pytest.approx(data["draft"]["1"]["1"])
@@ -57,6 +57,21 @@ def test_profile_config_and_table_errors(tmp_path):
                                "target": {"1": {"1": -1.0}}, "draft": {"1": {"1": 1.0}}}))
     with pytest.raises(ValueError, match=r"target\[1\]\['1'\] must be a positive number"):
         load_cost_table(bad)
+
+
+def test_cpu_clock_counts_this_process_only():
+    import time
+
+    from trtspec.bench.profile import clock_fn, use_clock
+
+    now = clock_fn("cpu")
+    t0 = now()
+    time.sleep(0.2)  # waiting costs no CPU time
+    assert now() - t0 < 0.05
+    with pytest.raises(ValueError, match="only for device='cpu'"):
+        use_clock("cpu", "cuda")
+    with pytest.raises(ValueError, match="clock='gpu'"):
+        clock_fn("gpu")
 
 
 def test_fit_draft_cost_known_answer():

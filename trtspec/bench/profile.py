@@ -35,6 +35,29 @@ from typing import Any, Callable, Sequence
 
 COST_TABLE_FORMAT = "trtspec.cost_table/v1"
 METHODS = ("engine", "forward")
+CLOCKS = ("wall", "cpu")
+
+
+def clock_fn(kind: str) -> Callable[[], float]:
+    """``wall``: ``time.perf_counter`` (what a user waits; the default). ``cpu``: this process's CPU
+    time (``time.process_time``), for CPU runs on a shared, busy machine where wall time mostly
+    measures the other processes; callers run torch single-threaded with it (see
+    :func:`use_clock`), so CPU seconds equal the wall seconds of an idle core."""
+    if kind not in CLOCKS:
+        raise ValueError(f"clock={kind!r}: expected one of {CLOCKS}")
+    return time.perf_counter if kind == "wall" else time.process_time
+
+
+def use_clock(kind: str, device: str) -> Callable[[], float]:
+    """The clock function; for ``cpu`` also checks the device and sets torch to one thread."""
+    fn = clock_fn(kind)
+    if kind == "cpu":
+        if device != "cpu":
+            raise ValueError(f"clock='cpu' measures CPU time: only for device='cpu', got {device!r}")
+        import torch
+
+        torch.set_num_threads(1)
+    return fn
 
 
 def _ints(values: Sequence[int], name: str) -> tuple[int, ...]:
@@ -53,7 +76,8 @@ class ProfileConfig:
     model; ``context_len`` cached tokens per request (default 128); ``warmup`` (default 3) and
     ``repeats`` (default 5) calls per point; ``device`` ('cpu' or 'cuda'); ``dtype`` ('float32',
     'bfloat16', 'float16'); ``method`` ('engine', default: steps of trtspec's runtime engine;
-    'forward': bare model forwards), see the module docstring.
+    'forward': bare model forwards), see the module docstring; ``clock`` ('wall', default, or
+    'cpu': process CPU time, single-threaded, for busy shared CPU machines; see :func:`clock_fn`).
     """
 
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -65,8 +89,11 @@ class ProfileConfig:
     device: str = "cpu"
     dtype: str = "float32"
     method: str = "engine"
+    clock: str = "wall"
 
     def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock={self.clock!r}: expected one of {CLOCKS}")
         if self.method not in METHODS:
             raise ValueError(f"method={self.method!r}: expected one of {METHODS}")
         object.__setattr__(self, "batch_sizes", _ints(self.batch_sizes, "batch_sizes"))
@@ -140,6 +167,7 @@ def measure(model: Any, batch_sizes: Sequence[int], tokens: Sequence[int], cfg: 
     import torch
 
     sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
+    now = clock_fn(cfg.clock)
     fns = {(b, t): step_fn(model, b, t, cfg.context_len) for b in batch_sizes for t in tokens}
     for fn in fns.values():
         for _ in range(cfg.warmup):
@@ -148,10 +176,10 @@ def measure(model: Any, batch_sizes: Sequence[int], tokens: Sequence[int], cfg: 
     times: dict[tuple[int, int], list[float]] = {k: [] for k in fns}
     for _ in range(cfg.repeats):
         for key, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = now()
             fn()
             sync()
-            times[key].append(time.perf_counter() - t0)
+            times[key].append(now() - t0)
     table: dict[str, dict[str, float]] = {}
     for (b, t), ts in times.items():
         table.setdefault(str(b), {})[str(t)] = statistics.median(ts)
@@ -253,18 +281,31 @@ def _engine_step_times(pipe: Any, batch: int, draft_len: int, cfg: ProfileConfig
     for i in range(batch):
         eng.add_request(i, torch.randint(0, vocab, (cfg.context_len,), generator=g).tolist(), params)
     sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
+    now = clock_fn(cfg.clock)
+    spent = [0.0]
+    propose = eng.drafter.propose
+
+    def timed_propose(*args, **kwargs):  # the drafter's share of each step, on our clock
+        t = now()
+        try:
+            return propose(*args, **kwargs)
+        finally:
+            sync()
+            spent[0] += now() - t
+
+    eng.drafter.propose = timed_propose
     rest, drafts = [], []
     for k in range(warm + cfg.repeats):
-        d0 = eng.stats.draft_time_s
+        d0 = spent[0]
         sync()
-        t0 = time.perf_counter()
+        t0 = now()
         outs = eng.step()
         sync()
-        wall = time.perf_counter() - t0
+        wall = now() - t0
         if any(o.finished for o in outs):
             raise RuntimeError(f"profile: a request finished early at B={batch}, D={draft_len}")
         if k >= warm:
-            dd = eng.stats.draft_time_s - d0 if draft_len else 0.0  # D = 0: the whole step is the target's
+            dd = spent[0] - d0 if draft_len else 0.0  # D = 0: the whole step is the target's
             rest.append(wall - dd)
             drafts.append(dd)
     return statistics.median(rest), statistics.median(drafts)
@@ -321,7 +362,8 @@ def profile_pair(target_dir: str | Path, draft_dir: str | Path | None, cfg: Prof
     import torch
 
     extra = {"context_len": cfg.context_len, "dtype": cfg.dtype, "warmup": cfg.warmup, "repeats": cfg.repeats,
-             "method": cfg.method}
+             "method": cfg.method, "clock": cfg.clock}
+    use_clock(cfg.clock, cfg.device)
     if cfg.method == "engine":
         if draft_dir is None:
             raise ValueError("method='engine' needs a draft model (it times speculative engine steps); "

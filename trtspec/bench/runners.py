@@ -129,16 +129,21 @@ class LocalRunner:
     than the target's context minus ``max_new_tokens`` keep their last tokens (noted in the source).
     """
 
-    def __init__(self, pipeline: Any, *, chat: Any = None, source: str = "trtspec.runtime"):
+    def __init__(self, pipeline: Any, *, chat: Any = None, source: str = "trtspec.runtime", clock: str = "wall"):
+        from trtspec.bench.profile import clock_fn
+
         self.pipeline = pipeline
         self.chat = chat
         self.source = source
         self.truncated = 0
+        self.now = clock_fn(clock)
 
     @classmethod
     def load(cls, target: str | Path, draft: str | Path | None = None, *, drafter: str = "draft_model",
-             draft_len: int = 4, verify: str = "greedy", device: str = "cpu", dtype: str = "float32") -> "LocalRunner":
-        """Load ``target`` (a model directory or bundle) and ``draft`` with ``trtspec.runtime.load_pipeline``."""
+             draft_len: int = 4, verify: str = "greedy", device: str = "cpu", dtype: str = "float32",
+             clock: str = "wall") -> "LocalRunner":
+        """Load ``target`` (a model directory or bundle) and ``draft`` with ``trtspec.runtime.load_pipeline``;
+        ``clock``: 'wall' or 'cpu' (see ``trtspec.bench.profile.clock_fn``) for latencies and wall_s."""
         import torch
 
         from trtspec.bench.datasets import load_chat_template
@@ -149,9 +154,9 @@ class LocalRunner:
         drafter = bundle_drafter or drafter
         pipe = load_pipeline(str(target_dir), None if draft is None else str(draft), drafter=drafter,
                              draft_len=draft_len, verify=verify, device=device, dtype=getattr(torch, dtype))
-        return cls(pipe, chat=load_chat_template(target_dir),
+        return cls(pipe, chat=load_chat_template(target_dir), clock=clock,
                    source=f"trtspec.runtime: target={target_dir}, draft={draft}, drafter={drafter}, D={draft_len}, "
-                          f"verify={verify}, device={device}")
+                          f"verify={verify}, device={device}, clock={clock}")
 
     def _fit(self, ids: list[int], max_new_tokens: int) -> list[int]:
         """Keep the last ``context - max_new_tokens`` prompt tokens (counted in ``self.truncated``)."""
@@ -172,7 +177,7 @@ class LocalRunner:
         by_id = {p.question_id: p for p in prompts}
         if len(by_id) != len(prompts):
             raise ValueError("prompts: question_id values must be unique")
-        t0 = time.perf_counter()
+        t0 = self.now()
         max_turns = max((_turns(p, cfg) for p in prompts), default=0)
         for turn in range(max_turns):
             todo = [p for p in prompts if _turns(p, cfg) > turn]
@@ -180,18 +185,18 @@ class LocalRunner:
                 batch = todo[i:i + cfg.concurrency]
                 texts = [render_turn(p, turn, answers[p.question_id], self.chat) for p in batch]
                 ids = [self._fit(self.pipeline.tokenizer.encode(t), cfg.max_new_tokens) for t in texts]
-                start = time.perf_counter()
+                start = self.now()
                 outs = self.pipeline.generate_ids(ids, max_new_tokens=cfg.max_new_tokens,
                                                   temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
                                                   seed=cfg.seed)
-                took = time.perf_counter() - start
+                took = self.now() - start
                 for p, (tokens, stats) in zip(batch, outs):
                     answers[p.question_id].append(self.pipeline.tokenizer.decode(tokens))
                     rec = record_from_stats(p.question_id, p.category, stats, len(tokens), took)
                     records[p.question_id] = _merge(records[p.question_id], rec)
                 if progress is not None:
                     progress(len(batch))
-        wall = time.perf_counter() - t0
+        wall = self.now() - t0
         note = f"; {self.truncated} prompts left-truncated to fit the context" if self.truncated else ""
         return RunOutput([r for r in records.values() if r is not None], wall, answers, source=self.source + note)
 

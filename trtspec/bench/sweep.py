@@ -40,13 +40,16 @@ def auto_heuristic(batch: int) -> int:
 class SweepConfig:
     """``draft_lens`` D values (default 0..8; 0 = plain decoding); ``batch_sizes`` (default 1, 4, 16);
     ``rounds`` batches per (B, D) in one measurement (default 1); ``repeats`` interleaved passes over
-    the grid, median kept (default 3); ``max_new_tokens`` per request (default 32)."""
+    the grid, median kept (default 3); ``max_new_tokens`` per request (default 32); ``clock``
+    'wall' (default) or 'cpu' (process CPU time, single-threaded: for busy shared CPU machines)
+    for both the sweep and the cost table."""
 
     draft_lens: tuple[int, ...] = tuple(range(0, 9))
     batch_sizes: tuple[int, ...] = (1, 4, 16)
     rounds: int = 1
     repeats: int = 3
     max_new_tokens: int = 32
+    clock: str = "wall"
 
     def __post_init__(self) -> None:
         if not self.draft_lens or any(d < 0 for d in self.draft_lens):
@@ -56,6 +59,8 @@ class SweepConfig:
         if self.rounds < 1 or self.repeats < 1 or self.max_new_tokens < 1:
             raise ValueError(f"rounds={self.rounds}, repeats={self.repeats}, max_new_tokens={self.max_new_tokens}: "
                              "expected >= 1")
+        if self.clock not in ("wall", "cpu"):
+            raise ValueError(f"clock={self.clock!r}: expected 'wall' or 'cpu'")
         object.__setattr__(self, "draft_lens", tuple(sorted(set(self.draft_lens))))
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
 
@@ -206,17 +211,19 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
     """Measure the grid, write ``acceptance.json`` (measured at max D) and, unless ``calibration``
     is given, ``cost_table.json`` (``trtspec profile`` on the same grid), then compare.
     Returns (and writes to ``sweep.json``) points, verdicts and the table text."""
-    from trtspec.bench.profile import ProfileConfig, profile_pair
+    from trtspec.bench.profile import ProfileConfig, profile_pair, use_clock
     from trtspec.bench.runners import resolve_pair
     from trtspec.recipes.calibration import load_cost_table
 
+    use_clock(cfg.clock, device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     target_dir, bundle_draft, _ = resolve_pair(target)
     draft = draft if draft is not None else bundle_draft
     t0 = time.perf_counter()
     points, records = measure_grid(
-        lambda d: LocalRunner.load(target_dir, draft, drafter=drafter, draft_len=d, device=device, dtype=dtype),
+        lambda d: LocalRunner.load(target_dir, draft, drafter=drafter, draft_len=d, device=device, dtype=dtype,
+                                   clock=cfg.clock),
         prompts, cfg, progress=progress)
     dmax = max(cfg.draft_lens)
     if dmax < 1:
@@ -227,7 +234,7 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
     acc_path = prof.save(out / "acceptance.json")
     if calibration is None:
         pc = profile_cfg or ProfileConfig(batch_sizes=cfg.batch_sizes, tokens=tuple(d + 1 for d in cfg.draft_lens),
-                                          draft_tokens=(1,), device=device, dtype=dtype)
+                                          draft_tokens=(1,), device=device, dtype=dtype, clock=cfg.clock)
         calibration = profile_pair(target_dir, draft, pc).save(out / "cost_table.json")
     cost = load_cost_table(calibration)
     planner = planner_choices(target_dir, acc_path, calibration, cfg.batch_sizes, drafter=drafter, gpu=gpu,

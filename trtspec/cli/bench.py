@@ -67,6 +67,8 @@ def _csv(values) -> str:
 @click.option("--rounds", type=int, default=_S.rounds, show_default=True, help="Sweep mode: batches per (B, D) measurement.")
 @click.option("--repeats", type=int, default=_S.repeats, show_default=True,
               help="Sweep mode: interleaved passes over the grid (median tokens/s kept).")
+@click.option("--clock", type=click.Choice(["wall", "cpu"]), default=_S.clock, show_default=True,
+              help="Sweep mode: wall time, or process CPU time single-threaded (busy shared CPU machines).")
 @click.option("--calibration", type=click.Path(path_type=Path, exists=True), default=None,
               help="Sweep mode: cost_table.json from `trtspec profile` [default: profile now on the sweep grid].")
 @click.option("--gpu", default="h200", show_default=True,
@@ -75,7 +77,7 @@ def _csv(values) -> str:
 def bench(target, draft, drafter, draft_len, verify, device, dtype, server, server_model, metrics_url, engine, triton,
           tokenizer, dataset, dataset_config, categories, limit_per_category, code_prompts, max_new_tokens, temperature, top_k,
           top_p, seed, concurrency, single_turn, ci, out, no_plots, sweep_draft_len, sweep_batch, rounds, repeats,
-          calibration, gpu, as_json):
+          clock, calibration, gpu, as_json):
     """Measure acceptance length (bonus included) per category with confidence intervals, per-position
     acceptance a_k, joint acceptance, AL histogram and tokens/s; write acceptance.json (for
     `trtspec plan --acceptance`), bench.json, report.md and PNG plots into --out."""
@@ -118,7 +120,7 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
         if not local:
             raise click.UsageError("--sweep-draft-len measures the local runtime; drop --server/--triton")
         _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, rounds, repeats, max_new_tokens,
-               calibration, gpu, out, as_json, parse_int_list)
+               calibration, gpu, out, as_json, parse_int_list, clock)
         return
 
     if cfg.draft_len < 1:
@@ -172,7 +174,7 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
 
 
 def _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, rounds, repeats, max_new_tokens,
-           calibration, gpu, out, as_json, parse_int_list):
+           calibration, gpu, out, as_json, parse_int_list, clock):
     from rich.progress import Progress
 
     from trtspec.bench.sweep import SweepConfig, run_sweep
@@ -180,7 +182,7 @@ def _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, r
     try:
         scfg = SweepConfig(draft_lens=parse_int_list(sweep_draft_len, "--sweep-draft-len"),
                            batch_sizes=parse_int_list(sweep_batch, "--batch"), rounds=rounds, repeats=repeats,
-                           max_new_tokens=max_new_tokens)
+                           max_new_tokens=max_new_tokens, clock=clock)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     with Progress(console=console, transient=True) as bar:

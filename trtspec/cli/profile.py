@@ -44,14 +44,16 @@ def _csv(values) -> str:
               help="Timed calls per point (the median is kept).")
 @click.option("--device", default=_D.device, show_default=True, help="cpu or cuda[:N].")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=_D.dtype, show_default=True)
+@click.option("--clock", type=click.Choice(["wall", "cpu"]), default=_D.clock, show_default=True,
+              help="wall time, or this process's CPU time single-threaded (for busy shared CPU machines).")
 @click.option("--method", type=click.Choice(["engine", "forward"]), default=_D.method, show_default=True,
               help="engine: time trtspec runtime steps (draft time fitted c + D*t, c folded into the target); "
                    "forward: bare model forwards (no runtime overhead).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("cost_table.json"), show_default=True,
               help="Where to write the cost table (read by `trtspec plan --calibration`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON on stdout.")
-def profile(target, draft, batch_sizes, tokens, draft_tokens, context_len, warmup, repeats, device, dtype, method,
-            out, as_json):
+def profile(target, draft, batch_sizes, tokens, draft_tokens, context_len, warmup, repeats, device, dtype, clock,
+            method, out, as_json):
     """Measure the target's step time T(B, tokens per request) and the draft model's step time on
     this device (warm-up, repeats, median) and write cost_table.json for `trtspec plan --calibration`."""
     from rich.console import Console
@@ -64,7 +66,7 @@ def profile(target, draft, batch_sizes, tokens, draft_tokens, context_len, warmu
     try:
         cfg = ProfileConfig(batch_sizes=batch_sizes, tokens=tokens, draft_tokens=draft_tokens,
                             context_len=context_len, warmup=warmup, repeats=repeats, device=device, dtype=dtype,
-                            method=method)
+                            method=method, clock=clock)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if target is None:
