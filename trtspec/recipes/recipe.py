@@ -119,8 +119,12 @@ class Recipe:
         if len(schedule) == 1 and max(schedule) < max_batch_size:
             max_conc = max(schedule)
         first = min(rows, key=lambda r: r["batch"])
-        sglang = {"speculative_num_steps": max_len, "speculative_eagle_topk": int(first.get("topk", 1)) if max_len else 1,
-                  "speculative_num_draft_tokens": int(first.get("num_nodes", max_len + 1)) if max_len else 1}
+        # SGLang runs one shape at every batch size: the smallest batch's tree when the schedule keeps its
+        # depth, else a chain of max_len (num_draft_tokens counts the root: depth + 1 for a chain)
+        tree = max_len and int(first.get("topk", 1)) > 1 and int(first.get("draft_len", -1)) == max_len
+        sglang = {"speculative_num_steps": max_len,
+                  "speculative_eagle_topk": int(first["topk"]) if tree else 1,
+                  "speculative_num_draft_tokens": int(first.get("num_nodes", max_len + 1)) if tree else max_len + 1}
         vllm = {int(b): int(d) for b, d in sorted(capped.items())}
         return cls(rows=rows, max_batch_size=max_batch_size, draft_len_schedule=schedule, max_draft_len=max_len,
                    max_concurrency=max_conc, vllm_schedule=vllm, sglang=sglang, **kw)
