@@ -201,3 +201,88 @@ def test_resolve_recipe_draft_model():
     r = resolve_recipe("auto", model="llama-3.3-70b", gpu="h200", quant="fp8", drafter="draft_model",
                        draft_model="llama-3.2-1b", acceptance="rates=0.8", max_batch_size=8)
     assert r.max_draft_len >= 4 and r.rows[0]["drafter"] == "draft_model"
+
+
+def _mixed_request(objective, **kw):
+    from trtspec.recipes.arch import load_architecture
+    from trtspec.recipes.drafters import DrafterSpec
+    from trtspec.recipes.gpus import load_gpu
+    from trtspec.recipes.optimizer import PlanRequest
+
+    prof = AcceptanceProfile(rates=(0.8,) * 16, source="test: two very different categories",
+                             per_category={"code": {"rates": [0.95]}, "chat": {"rates": [0.4]}})
+    return PlanRequest(model=load_architecture("llama-3.1-8b"), gpu=load_gpu("h100"), drafters=(DrafterSpec("eagle3"),),
+                       acceptance={"eagle3": prof}, objective=objective, batches=(1, 8, 32, 64), **kw)
+
+
+def test_latency_objective_minimizes_mean_per_user_time_per_token_over_the_mix():
+    """Latency = argmin over D of mean_c step/E[AL_c] (brute force); throughput = the aggregate-tokens/s choice.
+    With one well-drafted and one badly-drafted category the two objectives pick different D -- here latency the
+    smaller one, giving up more than the 0.1% tie tolerance of aggregate throughput to cut per-user latency."""
+    from trtspec.recipes.optimizer import _Evaluator, workload_mix
+
+    lat_req, thr_req = _mixed_request("latency"), _mixed_request("throughput")
+    lat, thr = plan(lat_req).rows, plan(thr_req).rows
+    mix = workload_mix(lat_req.acceptance["eagle3"])
+    differ = 0
+    for a, b in zip(thr, lat):
+        ev = _Evaluator(lat_req, b.batch)
+        per_d = {d: sum(ev.point(lat_req.drafters[0], d, 1.0, d + 1).step / m.expected_al(d) for m in mix) / len(mix)
+                 for d in range(lat_req.max_draft_len + 1)}
+        assert b.draft_len == min(per_d, key=per_d.get)
+        assert b.latency_ms_per_token == pytest.approx(per_d[b.draft_len] * 1e3)
+        assert b.latency_ms_per_token <= a.latency_ms_per_token * (1 + 1e-12)
+        assert a.tokens_per_s >= b.tokens_per_s * (1 - 1e-3)
+        differ += a.tokens_per_s > b.tokens_per_s * (1 + 1e-3) and b.latency_ms_per_token < a.latency_ms_per_token
+        assert b.draft_len <= a.draft_len
+    assert differ >= 2
+
+
+def test_latency_equals_throughput_choice_up_to_the_tolerance_without_categories():
+    """At a fixed batch, per-user tokens/s is aggregate / B: with one category the objectives can differ only by
+    throughput's 0.1% tie tolerance (then latency takes the larger D)."""
+    kw = dict(model="llama-3.1-8b", gpu="h100", drafters="eagle3", acceptance="rates=0.75", batches=[1, 32, 128])
+    thr = plan(build_request(objective="throughput", **kw)).rows
+    lat = plan(build_request(objective="latency", **kw)).rows
+    for a, b in zip(thr, lat):
+        assert b.draft_len >= a.draft_len
+        assert b.latency_ms_per_token <= a.latency_ms_per_token * (1 + 1e-12)
+        assert a.tokens_per_s >= b.tokens_per_s * (1 - 1e-3)
+
+
+def _memory_request(context, memory_fraction=None):
+    import dataclasses
+
+    req = build_request(model="llama-3.1-8b", gpu="h100", drafters="ngram", acceptance="rates=0.95",
+                        batches=[32], context=context)
+    return dataclasses.replace(req, memory_fraction=memory_fraction) if memory_fraction else req
+
+
+def test_draft_length_is_chosen_among_configurations_that_fit_in_memory():
+    """Pick the context at which B=32 requests fit with 1+2 tokens in flight but not with 1+3: the unconstrained
+    optimum (D > 2 at acceptance 0.95) is infeasible, so the row takes the best D <= 2, says why, and fits."""
+    from trtspec.recipes.optimizer import memory_needed
+
+    probe = _memory_request(4096)
+    limit = probe.memory_fraction * probe.gpu.memory_bytes
+    lo, hi = 1, 10_000_000
+    while hi - lo > 1:  # largest context at which 3 tokens per request fit
+        mid = (lo + hi) // 2
+        req = _memory_request(mid)
+        lo, hi = (mid, hi) if memory_needed(req, req.drafters[0], 32, 3) <= limit else (lo, mid)
+    req = _memory_request(lo)
+    assert memory_needed(req, req.drafters[0], 32, 4) > limit
+    free = plan(_memory_request(lo, memory_fraction=100.0)).rows[0]
+    row = plan(req).rows[0]
+    assert free.draft_len > 2 and free.fits_memory
+    assert row.draft_len <= 2 and row.fits_memory
+    assert row.binding_rule.startswith(f"memory: D={free.draft_len} ") and "does not fit" in row.binding_rule
+    assert row.tokens_per_s < free.tokens_per_s
+
+
+def test_row_that_does_not_fit_even_without_speculation_is_flagged():
+    """Llama-3.1-70B in bf16 (141 GB of weights) on one 48 GB L40S: D = 0, fits_memory False, a clear note."""
+    row = plan(build_request(model="llama-3.1-70b", gpu="l40s", drafters="ngram", acceptance="rates=0.9",
+                             batches=[1])).rows[0]
+    assert row.draft_len == 0 and not row.fits_memory
+    assert row.binding_rule.startswith("memory: does not fit even without speculation") and "GB/GPU" in row.binding_rule

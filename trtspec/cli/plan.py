@@ -30,20 +30,21 @@ def render_table(recipe, console=None, title=None):
     console = console or Console(width=None if sys.stdout.isatty() else 220)
     t = Table(title=title or f"{recipe.model} on {recipe.gpu} (tp={recipe.tp}, quant={recipe.quant}, "
                              f"drafter={recipe.drafter}, context={recipe.context})")
-    for col in ("batch", "drafter", "D", "nodes", "E[AL]", "draft ms", "verify ms", "step ms", "tok/s", "speedup",
-                "binding rule"):
+    for col in ("batch", "drafter", "D", "nodes", "E[AL]", "draft ms", "verify ms", "step ms", "tok/s", "ms/tok/user",
+                "speedup", "binding rule"):
         t.add_column(col, justify="right" if col not in ("drafter", "binding rule") else "left")
     for r in recipe.rows:
         d = str(r["draft_len"]) + (f" (sched {r['schedule_draft_len']})" if "schedule_draft_len" in r else "")
         t.add_row(str(r["batch"]), r["drafter"], d, str(r["num_nodes"]), f"{r['expected_al']:.2f}",
                   f"{r['draft_ms']:.3f}", f"{r['verify_ms']:.3f}", f"{r['step_ms']:.3f}", f"{r['tokens_per_s']:.0f}",
-                  f"{r['speedup']:.2f}x" + ("" if r.get("fits_memory", True) else " (OOM)"), r["binding_rule"])
+                  f"{r.get('latency_ms_per_token', 0.0):.2f}", f"{r['speedup']:.2f}x" + ("" if r.get("fits_memory", True) else " (OOM)"), r["binding_rule"])
     console.print(t)
     console.print(f"TensorRT-LLM speculative_config: {recipe.trtllm_speculative_config()}")
     console.print(f"vLLM num_speculative_tokens_per_batch_size: {recipe.vllm_schedule}")
     console.print(f"SGLang: {recipe.sglang}")
     if any(not r.get("fits_memory", True) for r in recipe.rows):
-        console.print("[yellow]rows marked (OOM) do not fit in 90% of GPU memory at this tp/quant/context[/yellow]")
+        console.print("[yellow]rows marked (OOM) do not fit in GPU memory even without speculation at this "
+                      "tp/quant/context; elsewhere D is chosen among the configurations that fit[/yellow]")
 
 
 def save_plot(plan_obj, recipe, path):
@@ -91,7 +92,9 @@ def save_plot(plan_obj, recipe, path):
 @click.option("--context", type=int, default=_DEF["context"], show_default=True, help="KV-cache length in tokens.")
 @click.option("--max-draft-len", type=int, default=_DEF["max_draft_len"], show_default=True, help="Largest D searched.")
 @click.option("--draft-len", type=int, default=None, help="Evaluate this fixed D instead of optimizing (what-if).")
-@click.option("--objective", type=click.Choice(OBJECTIVES), default=_DEF["objective"], show_default=True)
+@click.option("--objective", type=click.Choice(OBJECTIVES), default=_DEF["objective"], show_default=True,
+              help="throughput: max aggregate tok/s (smallest D within 0.1%); latency: min mean per-user ms/token "
+                   "over the acceptance profile's categories (any gain counts).")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False), default=None,
               help="cost_table.json from `trtspec profile` (replaces analytic step times).")
 @click.option("--json", "as_json", is_flag=True, help="Print the recipe as JSON.")

@@ -7,10 +7,21 @@ Sequoia-style trees: for depth d and top-k width K the N best nodes by positiona
 ``prod_path a_depth * w_rank`` (each node's value is at most its parent's and its lower-rank sibling's, so the top-N
 set is a valid tree and is optimal for its size).
 
-Objectives: ``throughput`` maximizes B*E[AL]/step and, among configurations within ``tie_tolerance`` (0.1%) of the
-best, takes the smallest D (less wasted verification work; guideline 3's "stay below the next multiple of 128");
-``latency`` maximizes E[AL]/step with no tolerance (any gain counts). Rows whose weights + KV cache + draft do not fit
-in ``memory_fraction`` of the GPU memory are flagged (``fits_memory``) rather than dropped.
+Objectives (the batch B is held fixed in both):
+
+* ``throughput`` maximizes aggregate tokens/s, B*E[AL]/step, and among configurations within ``tie_tolerance``
+  (0.1%) of the best takes the smallest D (less wasted verification work; guideline 3's "stay below the next
+  multiple of 128").
+* ``latency`` minimizes the mean per-user time per output token (TPOT), averaged over the users of the workload
+  mix: ``mean_c step / E[AL_c]`` over the profile's overall rates and each of its ``per_category`` rates (equal
+  weights), with no tolerance (any gain counts) and ties going to the larger E[AL]. Aggregate throughput uses the mean
+  rate for the overall profile, per-user latency a mean of step/E[AL_c] (a harmonic mean of the categories' rates:
+  the users whose text the drafter guesses badly weigh most), so with a mixed workload latency can take a different
+  D than throughput (smaller or larger). With a single-category profile the two differ only by the tolerance.
+
+Memory: a configuration whose weights + KV cache (B requests x (context + 1 + D) tokens) + draft weights exceed
+``memory_fraction`` of the GPUs' memory is infeasible. D is chosen among the feasible ones; when even D = 0 does not
+fit, the row keeps D = 0, ``fits_memory`` is False and the binding rule says so.
 """
 from __future__ import annotations
 
@@ -86,10 +97,17 @@ class Point:
     verify: StepCost
     step: float
     tokens_per_s: float
+    mix_als: tuple = ()  # E[AL] per workload-mix member (latency objective); empty: just expected_al
 
     @property
     def per_request_tokens_per_s(self) -> float:
         return self.expected_al / self.step
+
+    @property
+    def user_latency(self) -> float:
+        """Mean per-user seconds per output token over the workload mix (see the module docstring)."""
+        als = self.mix_als or (self.expected_al,)
+        return sum(self.step / a for a in als) / len(als)
 
 
 @dataclass
@@ -109,6 +127,7 @@ class Row:
     binding_rule: str
     fits_memory: bool
     breakdown_ms: dict = field(default_factory=dict)
+    latency_ms_per_token: float = 0.0  # mean per-user TPOT over the workload mix (what --objective latency minimizes)
 
     def to_dict(self) -> dict:
         out = {}
@@ -164,12 +183,12 @@ class _Evaluator:
             self._draft[key] = cost
         return self._draft[key]
 
-    def point(self, spec: DrafterSpec, depth: int, al: float, nodes: int, topk: int = 1) -> Point:
+    def point(self, spec: DrafterSpec, depth: int, al: float, nodes: int, topk: int = 1, mix_als: tuple = ()) -> Point:
         verify = self.verify(nodes)
         draft = self.draft(spec, depth, topk)
         spec_ovh = self.req.gpu.spec_overhead if depth > 0 and self.req.calibration is None else 0.0
         step = verify.total + draft.total + spec_ovh
-        return Point(spec.kind, depth, nodes, topk, al, draft, verify, step, self.batch * al / step)
+        return Point(spec.kind, depth, nodes, topk, al, draft, verify, step, self.batch * al / step, tuple(mix_als))
 
 
 def tree_values(profile: AcceptanceProfile, depth: int, topk: int, max_nodes: int) -> list:
@@ -188,32 +207,49 @@ def tree_values(profile: AcceptanceProfile, depth: int, topk: int, max_nodes: in
     return out
 
 
+def workload_mix(profile: AcceptanceProfile) -> list:
+    """The profiles whose users the latency objective averages over: the overall rates and each per-category set."""
+    return [profile] + [profile.for_category(c) for c in sorted(profile.per_category)]
+
+
 def _candidates(ev: _Evaluator, spec: DrafterSpec, profile: AcceptanceProfile, req: PlanRequest) -> list:
     fixed = req.draft_len
     dmax = fixed if fixed is not None else req.max_draft_len
-    als = profile.al_curve(dmax)
+    mix = workload_mix(profile)  # Row.latency_ms_per_token is reported under both objectives
+    curves = [m.al_curve(dmax) for m in mix]
     depths = [fixed] if fixed is not None else range(0, dmax + 1)
-    pts = [ev.point(spec, d, als[d], d + 1) for d in depths]
+    pts = [ev.point(spec, d, curves[0][d], d + 1, mix_als=tuple(c[d] for c in curves) if len(curves) > 1 else ())
+           for d in depths]
     if spec.is_tree and profile.rank_weights and fixed is None:
         for topk in TREE_TOPK[1:]:
             if topk > len(profile.rank_weights):
                 break
             for depth in range(1, dmax + 1):
-                vals = tree_values(profile, depth, topk, req.max_tree_nodes)
-                al = 1.0
-                for n, v in enumerate(vals, start=2):
-                    al += v
+                vals = [tree_values(m, depth, topk, req.max_tree_nodes) for m in mix]
+                als = [1.0] * len(mix)
+                for i in range(len(vals[0])):
+                    als = [a + (v[i] if i < len(v) else 0.0) for a, v in zip(als, vals)]
+                    n = i + 2
                     if n > depth + 1:  # chains are covered above
-                        pts.append(ev.point(spec, depth, al, n, topk))
+                        pts.append(ev.point(spec, depth, als[0], n, topk, mix_als=tuple(als) if len(mix) > 1 else ()))
     return pts
 
 
 def _choose(points: list, req: PlanRequest) -> Point:
-    key = (lambda p: p.tokens_per_s)
-    best = max(key(p) for p in points)
-    tol = req.tie_tolerance if req.objective == "throughput" else 0.0
-    good = [p for p in points if key(p) >= best * (1.0 - tol) - 1e-15]
-    return min(good, key=lambda p: (p.draft_len, p.num_nodes, -key(p)))
+    """Throughput: the smallest configuration within the tie tolerance of the best aggregate tokens/s. Latency: the
+    lowest mean per-user time per token, ties to the larger E[AL]."""
+    if req.objective == "latency":
+        return min(points, key=lambda p: (p.user_latency, -p.expected_al, p.draft_len, p.num_nodes))
+    best = max(p.tokens_per_s for p in points)
+    good = [p for p in points if p.tokens_per_s >= best * (1.0 - req.tie_tolerance) - 1e-15]
+    return min(good, key=lambda p: (p.draft_len, p.num_nodes, -p.tokens_per_s))
+
+
+def _better(a: Point, b: Point, req: PlanRequest) -> bool:
+    """Is drafter choice ``a`` better than ``b`` under the objective (guideline 5: pick the drafter per row)?"""
+    if req.objective == "latency":
+        return a.user_latency < b.user_latency * (1 - 1e-9)
+    return a.tokens_per_s > b.tokens_per_s * (1 + 1e-9)
 
 
 def _binding(req: PlanRequest, ev: _Evaluator, spec: DrafterSpec, profile: AcceptanceProfile, p: Point) -> str:
@@ -256,37 +292,65 @@ def _binding(req: PlanRequest, ev: _Evaluator, spec: DrafterSpec, profile: Accep
 
 
 def memory_needed(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int) -> float:
+    """Bytes on one GPU: target weights + KV cache / states for ``batch`` requests of ``context + nodes`` tokens +
+    the drafter's weights (none at D = 0, where speculation is off)."""
     prec = Precision.of(req.quant)
-    return (weight_bytes(req.model, prec, req.tp) + cache_bytes(req.model, prec, req.tp, batch, req.context + nodes)
-            + spec.memory_bytes(req.model, prec, req.tp))
+    draft = spec.memory_bytes(req.model, prec, req.tp) if nodes > 1 else 0.0
+    return weight_bytes(req.model, prec, req.tp) + cache_bytes(req.model, prec, req.tp, batch, req.context + nodes) + draft
+
+
+def _fits(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int) -> bool:
+    return req.gpu.requires_calibration or memory_needed(req, spec, batch, nodes) <= req.memory_fraction * req.gpu.memory_bytes
+
+
+def _memory_note(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int) -> str:
+    need = memory_needed(req, spec, batch, nodes) / 1e9
+    have = req.memory_fraction * req.gpu.memory_bytes / 1e9
+    return f"{need:.1f} GB/GPU > {have:.1f} GB ({req.memory_fraction:.0%} of {req.gpu.memory_bytes / 1e9:.0f} GB)"
 
 
 def plan(req: PlanRequest) -> Plan:
-    """Evaluate every batch bucket of ``req``; returns rows (one per batch) and chain speedup curves for plots."""
+    """Evaluate every batch bucket of ``req``; returns rows (one per batch) and chain speedup curves for plots.
+
+    Only configurations that fit in memory are chosen; a row where even D = 0 does not fit keeps D = 0 with
+    ``fits_memory`` False and a binding rule saying by how much it overflows."""
     rows, curves = [], {}
     for batch in sorted({int(b) for b in req.batches}):
         ev = _Evaluator(req, batch)
         base = ev.point(req.drafters[0], 0, 1.0, 1)
-        best = None
+        best, capped = None, None
         curves[batch] = {}
         for spec in req.drafters:
             profile = req.acceptance[spec.kind]
             pts = _candidates(ev, spec, profile, req)
             chain = [p for p in pts if p.num_nodes == p.draft_len + 1]
             curves[batch][spec.kind] = {p.draft_len: round(p.tokens_per_s / base.tokens_per_s, 6) for p in chain}
-            choice = _choose(pts, req)
-            if best is None or choice.tokens_per_s > best[0].tokens_per_s * (1 + 1e-9):
+            feasible = [p for p in pts if _fits(req, spec, batch, p.num_nodes)]
+            if not feasible:
+                continue
+            choice = _choose(feasible, req)
+            unconstrained = _choose(pts, req) if len(feasible) < len(pts) else choice
+            if best is None or _better(choice, best[0], req):
                 best = (choice, spec, profile)
+                capped = unconstrained if unconstrained is not choice else None
+        fits = best is not None
+        if not fits:  # nothing fits, not even plain decode: report D = 0, flagged
+            best = (base, req.drafters[0], req.acceptance[req.drafters[0].kind])
         p, spec, profile = best
-        fits = (req.gpu.requires_calibration or
-                memory_needed(req, spec, batch, p.num_nodes) <= req.memory_fraction * req.gpu.memory_bytes)
+        if not fits:
+            rule = f"memory: does not fit even without speculation ({_memory_note(req, spec, batch, 1)})"
+        elif capped is not None:
+            rule = (f"memory: D={capped.draft_len} ({capped.num_nodes} tokens/request) does not fit "
+                    f"({_memory_note(req, spec, batch, capped.num_nodes)}); best feasible")
+        else:
+            rule = _binding(req, ev, spec, profile, p)
         breakdown = {k: v * 1e3 for k, v in p.verify.as_dict().items()}
         breakdown["draft"] = p.draft.total * 1e3
         rows.append(Row(
             batch=batch, drafter=spec.kind if p.draft_len else "none", draft_len=p.draft_len, num_nodes=p.num_nodes,
             topk=p.topk, expected_al=p.expected_al, draft_ms=p.draft.total * 1e3, verify_ms=p.verify.total * 1e3,
             step_ms=p.step * 1e3, tokens_per_s=p.tokens_per_s, baseline_tokens_per_s=base.tokens_per_s,
-            speedup=p.tokens_per_s / base.tokens_per_s, binding_rule=_binding(req, ev, spec, profile, p),
-            fits_memory=bool(fits), breakdown_ms=breakdown,
+            speedup=p.tokens_per_s / base.tokens_per_s, binding_rule=rule,
+            fits_memory=bool(fits), breakdown_ms=breakdown, latency_ms_per_token=p.user_latency * 1e3,
         ))
     return Plan(req, rows, curves)
