@@ -182,3 +182,17 @@ def test_build_backend_tensorrt_rejects_unsupported_choices(pair, tmp_path):
     res = CliRunner().invoke(build, ["--target", str(target), "--draft", str(draft), "--quant", "nvfp4",
                                      "--backend", "tensorrt", "--out", str(tmp_path / "b")])
     assert res.exit_code != 0 and "--backend tensorrt supports --quant" in res.output
+
+
+def test_onnx_loop_on_the_demo_pair_equals_runtime_greedy(tmp_path):
+    from trtspec.zoo import demo_paths
+
+    target, draft = demo_paths()
+    export_step_graphs(target, draft, tmp_path / "demo", max_nodes=5)
+    pipe = load_pipeline(target, draft_len=0)
+    prompts = [pipe.tokenizer.encode(p) for p in ("def fibonacci(n):\n    ", "import os\n\n\nclass Config:\n",
+                                                  "    for key, value in sorted(")]
+    reference = [ids for ids, _ in pipe.generate_ids(prompts, max_new_tokens=32)]
+    out, stats = OnnxSpecDecoder(tmp_path / "demo").generate(prompts, 32, eos_ids=pipe.stop_token_ids)
+    assert out == reference
+    assert stats.mean_al > 1.5   # the distilled draft is accepted often on code
