@@ -112,10 +112,10 @@ class Attention(nn.Module):
         S = mask.shape[-1]
         keys = cache.k[self.layer, rows, :, :S].to(q.dtype)          # [B, Hkv, S, d]
         values = cache.v[self.layer, rows, :, :S].to(q.dtype)
-        rep = self.h // self.hkv
-        keys, values = keys.repeat_interleave(rep, 1), values.repeat_interleave(rep, 1)
-        # softmax(q k^T / sqrt(d) masked) v, every row of `mask` has at least its own slot set
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None])   # [B, H, T, d]
+        # softmax(q k^T / sqrt(d) masked) v; query head h reads KV head h // (H / Hkv) (GQA);
+        # every row of `mask` has at least one slot set
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None],
+                                             enable_gqa=self.h != self.hkv)   # [B, H, T, d]
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.h * self.d))
 
 
