@@ -11,12 +11,31 @@ namespace trtspec {
 namespace cpu {
 namespace {
 
-// Sequential float64 sum of q with q(x) = 0 (adding 0.0 changes nothing, so x is skipped).
-inline double sumWithout(const float* q, int64_t v, int64_t x) {
-    double s = 0.0;
-    for (int64_t i = 0; i < v; ++i) s += i == x ? 0.0 : static_cast<double>(q[i]);
-    return s;
-}
+// A row w = buf / total whose divisor (the sequential float64 sum of buf) is, until needed,
+// only bracketed by [lo, hi] from a fast sum: entry x then lies in [float(buf[x]/hi), float(buf[x]/lo)].
+struct LazyRow {
+    float* buf = nullptr;
+    int64_t v = 0;
+    bool pending = false;
+    double lo = 0.0, hi = 0.0;
+
+    // buf now holds the unnormalised row; start a bracket (no-op normalisation if its sum is 0)
+    void start() {
+        const double fast = detail::fastSum(buf, v);
+        pending = fast > 0.0;
+        const double err = 2.5 * static_cast<double>(v) * 0x1p-53 * fast;  // >= |sequential - fast|
+        lo = fast - err;
+        hi = fast + err;
+    }
+    double lower(int64_t x) const { return static_cast<float>(static_cast<double>(buf[x]) / hi); }
+    double upper(int64_t x) const { return static_cast<float>(static_cast<double>(buf[x]) / lo); }
+    void materialize() {
+        if (!pending) return;
+        const double total = detail::seqSum(buf, v);
+        if (total > 0.0) detail::divideInto(buf, buf, v, total);
+        pending = false;
+    }
+};
 
 }  // namespace
 
@@ -61,74 +80,70 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
             int32_t u = 0, len = 0;
             path[0] = 0;
             const float* p = row(targetProbs, 0);  // current target distribution (a row or pbuf)
-            // Lazy normalisation: after a rejection pbuf holds r = max(p - q, 0) and p = r / total,
-            // where total (the sequential sum of r) is only bracketed by [lo, hi] until p is needed
-            // in full; an accept test usually decides from the bracket alone.
-            bool pending = false;
-            double lo = 0.0, hi = 0.0;
-            auto materialize = [&]() {
-                const double total = detail::seqSum(pbuf.data(), vocab);
-                if (total > 0.0) detail::divideInto(pbuf.data(), pbuf.data(), vocab, total);
-                pending = false;
-            };
+            // Lazy normalisation: after a rejection pbuf holds r = max(p - q, 0) and p = r / total
+            // (and, without replacement, qbuf = q with q(x) = 0, divided by its sum); the sums are
+            // only bracketed until a row is needed in full, and an accept test usually decides
+            // from the brackets alone, exactly as the reference would.
+            LazyRow lp, lq;
+            lp.buf = pbuf.data();
+            lq.buf = qbuf.data();
+            lp.v = lq.v = vocab;
             bool descended = true;
             while (descended) {
                 descended = false;
                 const float* q = row(draftProbs, u);  // a row, or qbuf once a sibling was removed
+                lq.pending = false;
                 for (int32_t c = tree.firstChild[u]; c >= 0; c = tree.nextSibling[c]) {
                     const int64_t x = tok[c];
                     const double r = uniform(seed, offset, static_cast<uint64_t>(b), k++);
-                    const float qx = q[x];
-                    if (detail::badProb(qx)) return Status::kInvalidProbability;
-                    const double rq = r * static_cast<double>(qx);
-                    bool accept;  // r * q(x) < p(x): probability min(1, p/q)
-                    if (pending) {  // p(x) = float(r(x) / total) lies in [float(r(x)/hi), float(r(x)/lo)]
-                        const double rx = static_cast<double>(pbuf[x]);
-                        if (rq < static_cast<double>(static_cast<float>(rx / hi))) {
-                            accept = true;
-                        } else if (!(rq < static_cast<double>(static_cast<float>(rx / lo)))) {
-                            accept = false;
-                        } else {
-                            materialize();
-                            accept = rq < static_cast<double>(pbuf[x]);
-                        }
+                    double pLo, pHi, qLo, qHi;  // p(x) and q(x), exact or bracketed
+                    if (lp.pending) {
+                        pLo = lp.lower(x);
+                        pHi = lp.upper(x);
                     } else {
-                        const float px = p[x];
-                        if (detail::badProb(px)) return Status::kInvalidProbability;
-                        accept = rq < static_cast<double>(px);
+                        if (detail::badProb(p[x])) return Status::kInvalidProbability;
+                        pLo = pHi = p[x];
+                    }
+                    if (lq.pending) {
+                        qLo = lq.lower(x);
+                        qHi = lq.upper(x);
+                    } else {
+                        if (detail::badProb(q[x])) return Status::kInvalidProbability;
+                        qLo = qHi = q[x];
+                    }
+                    bool accept;  // r * q(x) < p(x): probability min(1, p/q)
+                    if (r * qHi < pLo) {
+                        accept = true;
+                    } else if (!(r * qLo < pHi)) {
+                        accept = false;
+                    } else {
+                        lp.materialize();
+                        lq.materialize();
+                        accept = r * static_cast<double>(q[x]) < static_cast<double>(p[x]);
                     }
                     if (accept) {
                         u = c;
                         path[++len] = c;
                         p = row(targetProbs, c);
-                        pending = false;
+                        lp.pending = false;
                         descended = true;
                         break;
                     }
                     // residual after a rejection: p <- normalize(max(p - q, 0))
-                    if (pending) materialize();
+                    lp.materialize();
+                    lq.materialize();
                     if (detail::residualF32(p, q, pbuf.data(), vocab)) return Status::kInvalidProbability;
                     p = pbuf.data();
-                    const double fast = detail::fastSum(pbuf.data(), vocab);
-                    if (fast > 0.0) {  // else r == 0 everywhere: normalize leaves it as it is
-                        const double err = 2.5 * static_cast<double>(vocab) * 0x1p-53 * fast;  // >= |seq - fast|
-                        lo = fast - err;
-                        hi = fast + err;
-                        pending = true;
-                    }
-                    if (siblingsWithoutReplacement) {  // q(x) <- 0; q <- normalize(q) (unless its sum is 0)
-                        const double sumQ = sumWithout(q, vocab, x);
-                        if (sumQ > 0.0) {
-                            detail::divideInto(q, qbuf.data(), vocab, sumQ);
-                        } else if (q != qbuf.data()) {
-                            std::copy(q, q + vocab, qbuf.data());
-                        }
+                    lp.start();
+                    if (siblingsWithoutReplacement) {  // q(x) <- 0; q <- normalize(q)
+                        if (q != qbuf.data()) std::copy(q, q + vocab, qbuf.data());
                         qbuf[x] = 0.0f;
                         q = qbuf.data();
+                        lq.start();
                     }
                 }
             }
-            if (pending) materialize();
+            lp.materialize();
             // bonus ~ p; if rounding emptied the residual, ~ the target row of the last accepted node
             const double ub = uniform(seed, offset, static_cast<uint64_t>(b), k);
             int64_t y = detail::sampleRow(p, vocab, ub, cdf.data(), /*check=*/p != pbuf.data());
