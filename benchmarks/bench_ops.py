@@ -5,7 +5,7 @@ and a chain of 8 drafts, V = 32000 and 128256) it prints, from one run:
 
 * ``reference ms``: :mod:`trtspec.reference` (Python loops over requests and nodes);
 * ``op ms``: the :mod:`trtspec.ops` wrapper, argument validation included (for the sampling ops
-  that is two passes over both probability tensors);
+  that is one pass over each probability tensor);
 * ``kernel ms``: the raw ``torch.ops.trtspec.*`` call (the C++ checks only);
 * the speed-ups ``reference / op`` and ``reference / kernel``, and whether the outputs were equal.
 

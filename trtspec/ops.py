@@ -305,7 +305,7 @@ def verify_sample(tokens, parents, target_probs, draft_probs, seed, offset, sibl
     max_depth : int, optional
         Static bound on the tree depth; default ``N - 1``.
     validate : bool, default True
-        Check every probability row (two passes over both tensors). With False only the values
+        Check every probability row (one pass over each tensor). With False only the values
         the kernel reads are checked (by the kernel, RuntimeError on a NaN/Inf/negative entry).
 
     Returns
