@@ -286,3 +286,14 @@ def test_row_that_does_not_fit_even_without_speculation_is_flagged():
                              batches=[1])).rows[0]
     assert row.draft_len == 0 and not row.fits_memory
     assert row.binding_rule.startswith("memory: does not fit even without speculation") and "GB/GPU" in row.binding_rule
+
+
+def test_engine_schedule_turns_speculation_off_where_nothing_fits():
+    """Llama-3.1-70B fp8 on one H200 at context 4096: B=128 does not fit even at D=0, so the schedule must not
+    give it a draft length (the curves the schedule DP sees hold only feasible D)."""
+    r = resolve_recipe("auto", model="llama-3.1-70b", gpu="h200", quant="fp8", drafter="eagle3",
+                       acceptance="rates=0.7", max_batch_size=128, context=4096)
+    rows = {row["batch"]: row for row in r.rows}
+    assert not rows[128]["fits_memory"] and rows[64]["fits_memory"]
+    assert r.vllm_schedule[128] == 0 and r.vllm_schedule[64] >= 1
+    assert max(r.draft_len_schedule) <= 64

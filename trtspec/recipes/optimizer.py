@@ -144,7 +144,7 @@ class Row:
 class Plan:
     request: PlanRequest
     rows: list
-    curves: dict  # batch -> drafter -> {chain D: predicted speedup over D=0}
+    curves: dict  # batch -> drafter -> {chain D that fits in memory: predicted speedup over D=0} ({0: 1.0} if none)
 
 
 class _Evaluator:
@@ -323,9 +323,10 @@ def plan(req: PlanRequest) -> Plan:
         for spec in req.drafters:
             profile = req.acceptance[spec.kind]
             pts = _candidates(ev, spec, profile, req)
-            chain = [p for p in pts if p.num_nodes == p.draft_len + 1]
-            curves[batch][spec.kind] = {p.draft_len: round(p.tokens_per_s / base.tokens_per_s, 6) for p in chain}
             feasible = [p for p in pts if _fits(req, spec, batch, p.num_nodes)]
+            # the engine schedule (recipe.derive_schedule) and the plot see only configurations that fit
+            chain = [p for p in feasible if p.num_nodes == p.draft_len + 1] or [base]
+            curves[batch][spec.kind] = {p.draft_len: round(p.tokens_per_s / base.tokens_per_s, 6) for p in chain}
             if not feasible:
                 continue
             choice = _choose(feasible, req)

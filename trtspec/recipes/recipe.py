@@ -32,14 +32,15 @@ FORMAT = "trtspec.recipe/v1"
 
 
 def monotone_schedule(curves: dict, tolerance: float = 1e-3) -> dict:
-    """Non-increasing D per batch maximizing sum_b log(speedup_b(D)); ``curves``: batch -> {D: speedup}."""
+    """Non-increasing D per batch maximizing sum_b log(speedup_b(D)); ``curves``: batch -> {D: speedup}. A D missing
+    from a batch's curve is not allowed there (e.g. it does not fit in memory); every curve must hold D = 0."""
     import math
 
     batches = sorted(curves)
-    ds = sorted(set.intersection(*(set(curves[b]) for b in batches)))
-    if not ds:
+    ds = sorted(set.union(*(set(curves[b]) for b in batches)))
+    if not ds or any(0 not in curves[b] for b in batches):
         return {}
-    val = {b: {d: math.log(max(curves[b][d], 1e-12)) for d in ds} for b in batches}
+    val = {b: {d: math.log(max(curves[b][d], 1e-12)) if d in curves[b] else -math.inf for d in ds} for b in batches}
     best = {}  # best[(i, d)] = best total for buckets i.. given s_i <= d
     for i in range(len(batches) - 1, -1, -1):
         run = -math.inf
