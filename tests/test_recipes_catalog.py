@@ -48,6 +48,17 @@ def test_gpu_file_without_source_is_rejected(tmp_path):
         load_gpu_file(bad)
 
 
+def test_gpu_file_without_kernel_floor_is_rejected(tmp_path):
+    """The kernel-duration latency floor is a required, justified figure of every datasheet GPU."""
+    doc = yaml.safe_load((book_dir() / "gpus" / "b200.yaml").read_text())
+    assert load_gpu("b200").kernel_floor == doc["overheads"]["kernel_floor_us"]["value"] * 1e-6
+    del doc["overheads"]["kernel_floor_us"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    with pytest.raises(CatalogError, match="kernel_floor_us"):
+        load_gpu_file(bad)
+
+
 def test_unknown_gpu_lists_known_ones():
     with pytest.raises(UnknownGPUError) as err:
         load_gpu("h300x")

@@ -25,7 +25,9 @@ processes ``batch`` requests with ``tokens`` new tokens each (1 for plain decode
   roofline says. Each GEMM costs ``max(roofline, floor)`` (a group of n matrices: ``max(roofline, n*floor)``,
   ``GEMM_COUNT``); the attention / state kernel and each routed-expert grouped GEMM likewise; the small kernels of a
   block that move almost no bytes (norms, RoPE, activation, MoE top-k / permute / finalize: ``SMALL_KERNELS``) cost
-  one floor each. At batch 1 these floors bind only where the per-GPU work is tiny -- TP8 MLA+MoE layers (DeepSeek),
+  one floor each. Routed experts get one floor per grouped-GEMM launch, not per expert: a grouped GEMM runs all
+  active experts' tiles in one launch on separate CTAs, so more experts cost bytes (the roofline), not launches.
+  At batch 1 these floors bind only where the per-GPU work is tiny -- TP8 MLA+MoE layers (DeepSeek),
   small drafts -- and, because they are maxima, they do not grow with D: the growth comes from the roofline terms.
 
 Guideline 4 (low-latency end) follows: at batch 1 both the target and a deep draft are dominated by per-layer work,
