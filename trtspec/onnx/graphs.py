@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trtspec.runtime.models import Transformer, apply_rope, rms_norm
+from trtspec.runtime.models import Transformer, apply_rope, rms_norm, rope_cos_sin
 
 NAMESPACE = "trtspec"
 PLUGIN_VERSION = "1"
@@ -100,12 +100,6 @@ def unpack_mask(packed: torch.Tensor, nodes: int) -> torch.Tensor:
     return torch.bitwise_and(words, bits) != 0
 
 
-def _rope(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    angles = positions[..., None].float() * inv_freq                 # [B, T, d/2]
-    emb = torch.cat((angles, angles), dim=-1)[:, None]               # [B, 1, T, d]
-    return emb.cos(), emb.sin()
-
-
 def decode(model: Transformer, tokens, positions, past_k, past_v, attend):
     """The decoder over T new tokens per request, functionally.
 
@@ -116,7 +110,7 @@ def decode(model: Transformer, tokens, positions, past_k, past_v, attend):
     cfg = model.config
     B, T = tokens.shape
     H, Hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    cos, sin = _rope(positions, model.inv_freq)
+    cos, sin = rope_cos_sin(positions, model.inv_freq, torch.float32, cfg.rope.attention_scale())
     bias = torch.zeros(attend.shape, dtype=torch.float32).masked_fill(~attend, float("-inf"))[:, None]
     h = model.model.embed_tokens(tokens)
     new_k, new_v = [], []
