@@ -84,6 +84,6 @@ setup(
         "prometheus-client>=0.20",
         "tritonclient[http,grpc]>=2.40",
     ],
-    extras_require={"test": ["pytest>=8", "hypothesis>=6", "ninja"]},
+    extras_require={"test": ["pytest>=8", "hypothesis>=6", "scipy", "ninja"]},
     entry_points={"console_scripts": ["trtspec=trtspec.cli:main"]},
 )
