@@ -288,6 +288,8 @@ def _binding(req: PlanRequest, ev: _Evaluator, spec: DrafterSpec, profile: Accep
     if main == "draft":
         rho = (nxt.draft.total - p.draft.total) / max(ev.verify(1).total, 1e-12)
         return f"{prefix}guideline 4: draft cost rho*D, rho = {rho:.3f}"
+    if main == "comm":
+        return f"{prefix}tensor parallel: all-reduce bytes grow with B*(1+D) = {ev.batch * (d + 2)} tokens"
     return f"{prefix}{main} (fixed costs) grows with D"
 
 
