@@ -1,9 +1,9 @@
 """Predicted versus swept draft length.
 
-For every batch size B and draft length D in the grid, the local runtime generates for B prompts
-at once (``rounds`` batches, after one untimed warm-up batch per pipeline) and the output
-throughput (tokens/s over the wall time) is measured. The acceptance measured at the largest D
-and largest B (the most distinct prompts; greedy acceptance does not depend on B) and a cost
+For every batch size B and draft length D in the grid, the local runtime decodes the same
+prompts B at a time and the decode throughput is measured (tokens emitted after each batch's
+first step, which holds the prefill, over the time of the later steps; see :func:`decode_run`).
+The acceptance measured at the largest D (greedy acceptance does not depend on B) and a cost
 table (``trtspec profile``) then give, per B:
 
 * ``planner``: the D that the recipe planner (``trtspec.recipes``: ``build_request`` + ``plan``,
@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from trtspec.bench import metrics as M
 from trtspec.bench.datasets import Prompt
-from trtspec.bench.runners import LocalRunner, RunConfig
+from trtspec.bench.runners import LocalRunner
 
 TARGET_RATIO = 0.95
 
@@ -39,7 +39,7 @@ def auto_heuristic(batch: int) -> int:
 @dataclass(frozen=True)
 class SweepConfig:
     """``draft_lens`` D values (default 0..8; 0 = plain decoding); ``batch_sizes`` (default 1, 4, 16);
-    ``rounds`` batches per (B, D) in one measurement (default 1); ``repeats`` interleaved passes over
+    ``rounds`` passes over the prompts per measurement (default 1); ``repeats`` interleaved passes over
     the grid, median kept (default 3); ``max_new_tokens`` per request (default 32); ``clock``
     'wall' (default) or 'cpu' (process CPU time, single-threaded: for busy shared CPU machines)
     for both the sweep and the cost table."""
@@ -67,7 +67,7 @@ class SweepConfig:
 
 @dataclass
 class Point:
-    """One measured (B, D): output tokens and wall seconds summed over repeats, median tokens/s, mean AL."""
+    """One measured (B, D): decode tokens and seconds summed over repeats, median tokens/s, mean AL."""
 
     batch: int
     draft_len: int
@@ -87,44 +87,72 @@ class BatchVerdict:
     predicted_tokens_per_s: dict[int, float] = field(default_factory=dict)  # model estimate per D
 
 
-def _prompts_for(prompts: Sequence[Prompt], n: int) -> list[Prompt]:
-    out = []
-    for i in range(n):
-        p = prompts[i % len(prompts)]
-        out.append(Prompt(f"{p.question_id}#{i}", p.category, p.sub_category, p.turns[:1], p.source, p.src_id,
-                          p.difficulty, False))
-    return out
+def decode_run(runner: LocalRunner, prompts: Sequence[Prompt], batch: int, max_new_tokens: int
+               ) -> tuple[int, float, list[M.RequestRecord]]:
+    """Decode throughput of ``prompts`` (first turns) through ``runner``'s engine, ``batch`` at a time.
+
+    Each batch of up to ``batch`` requests is admitted together; its first engine step (prefill of
+    every prompt plus the first speculative step) is not timed, then every later step is, until
+    the batch is done. Returns (tokens emitted in timed steps, seconds on the runner's clock,
+    per-request records over all steps). This is the quantity the planner predicts
+    (``B * AL / step time``), without the prefill that does not depend on D.
+    """
+    from trtspec.bench.datasets import render_turn
+    from trtspec.bench.runners import record_from_stats
+
+    pipe = runner.pipeline
+    ids = [runner._fit(pipe.tokenizer.encode(render_turn(p, 0, (), runner.chat)), max_new_tokens) for p in prompts]
+    ctx = int(pipe.target.config.max_position_embeddings)
+    tokens, seconds, records = 0, 0.0, []
+    for start in range(0, len(ids), batch):
+        chunk = list(range(start, min(start + batch, len(ids))))
+        longest = max(len(ids[i]) for i in chunk)
+        eng = pipe.engine(max_batch_size=len(chunk), max_seq_len=min(ctx, longest + max_new_tokens + 1))
+        for i in chunk:
+            eng.add_request(i, ids[i], pipe.params(max_new_tokens=max_new_tokens))
+        final: dict[int, Any] = {}
+        emitted: dict[int, int] = {i: 0 for i in chunk}
+        for o in eng.step():  # prefill + first step: untimed
+            emitted[o.request_id] += len(o.new_token_ids)
+            final[o.request_id] = o.stats
+        t0 = runner.now()
+        while eng.has_work():
+            for o in eng.step():
+                tokens += len(o.new_token_ids)
+                emitted[o.request_id] += len(o.new_token_ids)
+                final[o.request_id] = o.stats
+        seconds += runner.now() - t0
+        for i in chunk:
+            records.append(record_from_stats(prompts[i].question_id, prompts[i].category, final[i], emitted[i], 0.0))
+    return tokens, seconds, records
 
 
 def measure_grid(load: Callable[[int], LocalRunner], prompts: Sequence[Prompt], cfg: SweepConfig, *,
                  progress: Callable[[], None] | None = None) -> tuple[list[Point], dict[int, list[M.RequestRecord]]]:
-    """Measure every (B, D). ``load(D)`` returns a LocalRunner with draft length D; all are loaded
-    and warmed up first, then the whole grid is measured ``cfg.repeats`` times, interleaved (so slow
-    drift of a shared machine hits every D alike), keeping each point's median tokens/s. Returns the
-    points and, per D, the request records of its first run at the largest B (the most distinct
-    prompts; greedy acceptance does not depend on B), for the acceptance profile."""
+    """Measure every (B, D) on the same workload: all ``prompts`` (``cfg.rounds`` passes), B at a
+    time (:func:`decode_run`). ``load(D)`` returns a LocalRunner with draft length D; all are loaded
+    and warmed up first, then the grid is measured ``cfg.repeats`` times, interleaved (slow drift
+    of a shared machine hits every D alike); each point keeps its median tokens/s. Returns the
+    points and, per D, the request records of its first pass (for the acceptance profile)."""
     import statistics
 
     if not prompts:
         raise ValueError("prompts: need at least one prompt")
+    work = list(prompts) * cfg.rounds
     runners = {}
     for d in cfg.draft_lens:
         runners[d] = load(d)
-        runners[d].run(_prompts_for(prompts, 1), RunConfig(max_new_tokens=4))  # warm-up, untimed
+        decode_run(runners[d], work[:1], 1, 4)  # warm-up, untimed
     runs: dict[tuple[int, int], list[tuple[int, float, int, int]]] = {}
     records: dict[int, list[M.RequestRecord]] = {}
     for _ in range(cfg.repeats):
         for d in cfg.draft_lens:
             for b in cfg.batch_sizes:
-                batch = _prompts_for(prompts, b * cfg.rounds)
-                out = runners[d].run(batch, RunConfig(max_new_tokens=cfg.max_new_tokens, concurrency=b,
-                                                      multiturn=False))
-                toks = sum(r.output_tokens for r in out.records)
-                steps = sum(r.num_drafts for r in out.records)
-                acc = sum(r.accepted_tokens for r in out.records)
-                runs.setdefault((b, d), []).append((toks, out.wall_s, steps, acc))
-                if b == cfg.batch_sizes[-1] and d not in records:
-                    records[d] = out.records
+                toks, secs, recs = decode_run(runners[d], work, b, cfg.max_new_tokens)
+                steps = sum(r.num_drafts for r in recs)
+                acc = sum(r.accepted_tokens for r in recs)
+                runs.setdefault((b, d), []).append((toks, secs, steps, acc))
+                records.setdefault(d, recs)
                 if progress is not None:
                     progress()
     points = []
@@ -230,7 +258,7 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
         raise ValueError("draft_lens: the sweep needs some D >= 1 to measure acceptance")
     prof = M.build_profile(records[dmax], drafter=drafter, draft_len=dmax,
                            source=f"trtspec bench --sweep: target={target_dir}, draft={draft}, D={dmax}, "
-                                  f"B={cfg.batch_sizes[-1]}, {len(records[dmax])} requests, greedy, {device}")
+                                  f"{len(records[dmax])} requests, greedy, {device}")
     acc_path = prof.save(out / "acceptance.json")
     if calibration is None:
         pc = profile_cfg or ProfileConfig(batch_sizes=cfg.batch_sizes, tokens=tuple(d + 1 for d in cfg.draft_lens),
