@@ -237,7 +237,8 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
               calibration: str | Path | None = None, gpu: str = "h200",
               profile_cfg: Any = None, progress: Callable[[], None] | None = None) -> dict[str, Any]:
     """Measure the grid, write ``acceptance.json`` (measured at max D) and, unless ``calibration``
-    is given, ``cost_table.json`` (``trtspec profile`` on the same grid), then compare.
+    is given, ``cost_table.json`` (``trtspec profile`` on the same grid, engine method, median of
+    15 steps per point), then compare.
     Returns (and writes to ``sweep.json``) points, verdicts and the table text."""
     from trtspec.bench.profile import ProfileConfig, profile_pair, use_clock
     from trtspec.bench.runners import resolve_pair
@@ -262,7 +263,8 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
     acc_path = prof.save(out / "acceptance.json")
     if calibration is None:
         pc = profile_cfg or ProfileConfig(batch_sizes=cfg.batch_sizes, tokens=tuple(d + 1 for d in cfg.draft_lens),
-                                          draft_tokens=(1,), device=device, dtype=dtype, clock=cfg.clock)
+                                          draft_tokens=(1,), device=device, dtype=dtype, clock=cfg.clock,
+                                          repeats=15)
         calibration = profile_pair(target_dir, draft, pc).save(out / "cost_table.json")
     cost = load_cost_table(calibration)
     planner = planner_choices(target_dir, acc_path, calibration, cfg.batch_sizes, drafter=drafter, gpu=gpu,
