@@ -14,8 +14,10 @@ Two methods:
 * ``forward``: bare model forwards. One target step verifies ``tokens`` new tokens for each of B
   requests on top of ``context_len`` cached tokens: one forward of ``[B, tokens]`` plus
   ``lm_head`` on every new token. One draft step is the same forward of the draft model
-  (``tokens = 1`` is one autoregressive draft token). No runtime overhead is included. Each point: ``warmup`` untimed calls, then ``repeats`` timed calls (round-robin over
-the grid), the **median** in seconds (CUDA is synchronised around each call).
+  (``tokens = 1`` is one autoregressive draft token). No runtime overhead is included.
+
+Each point: ``warmup`` untimed calls (steps), then ``repeats`` timed ones (for ``forward``
+round-robin over the grid), the **median** in seconds (CUDA is synchronised around each call).
 
 Format (``trtspec.cost_table/v1``, read by ``trtspec plan --calibration``)::
 
