@@ -12,6 +12,7 @@ With no --target it uses the demo pair (``trtspec.zoo.demo_paths()``).
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -29,26 +30,32 @@ def _timed(pipe, prompt_ids, max_new_tokens):
     return outs, time.perf_counter() - t0, pipe.last_stats
 
 
-def bench(pipe, batch_sizes, max_new_tokens, repeats=1):
-    """Rows of {batch, tokens_per_s_base, tokens_per_s_spec, speedup, mean_al, acceptance_rate}."""
+def bench(pipe, batch_sizes, max_new_tokens, repeats=3):
+    """Rows of {batch, tokens_per_s_base, tokens_per_s_spec, speedup, mean_al, acceptance_rate}.
+
+    Fair by construction: one process (same threads, same weights), both paths warmed up at every
+    batch size, plain and speculative runs interleaved ``repeats`` times, and the medians reported
+    (tokens/s and speedup from the median times).
+    """
     base = pipe.without_speculation()
     tok = pipe.tokenizer
-    _timed(pipe, [tok.encode(PROMPTS[0])], 4)                       # warm up both paths
-    _timed(base, [tok.encode(PROMPTS[0])], 4)
     rows = []
     for B in batch_sizes:
         ids = [tok.encode(PROMPTS[i % len(PROMPTS)]) for i in range(B)]
-        t_base = t_spec = 0.0
+        _timed(base, ids, 8)                                       # warm up both paths at this B
+        _timed(pipe, ids, 8)
+        t_base, t_spec = [], []
         for _ in range(repeats):
             ref, dt, _ = _timed(base, ids, max_new_tokens)
-            t_base += dt
+            t_base.append(dt)
             out, dt, stats = _timed(pipe, ids, max_new_tokens)
-            t_spec += dt
-        if [o for o, _ in out] != [o for o, _ in ref]:
-            raise RuntimeError(f"B={B}: speculative output differs from plain greedy decoding")
-        n = sum(len(o) for o, _ in out) * repeats
-        rows.append({"batch": B, "output_tokens": n // repeats, "tokens_per_s_base": n / t_base,
-                     "tokens_per_s_spec": n / t_spec, "speedup": t_base / t_spec, "mean_al": stats.mean_al,
+            t_spec.append(dt)
+            if [o for o, _ in out] != [o for o, _ in ref]:
+                raise RuntimeError(f"B={B}: speculative output differs from plain greedy decoding")
+        n = sum(len(o) for o, _ in out)
+        rows.append({"batch": B, "output_tokens": n, "tokens_per_s_base": n / statistics.median(t_base),
+                     "tokens_per_s_spec": n / statistics.median(t_spec),
+                     "speedup": statistics.median(t_base) / statistics.median(t_spec), "mean_al": stats.mean_al,
                      "acceptance_rate": stats.acceptance_rate, "accepted_per_pos": stats.accepted_per_pos})
     return rows
 
@@ -85,7 +92,7 @@ def plot(rows, title, path: Path):
 @click.option("--tree", help="'topk=K,depth=L' instead of a chain.")
 @click.option("--batch-sizes", "batch_sizes", default="1,4,16", show_default=True)
 @click.option("--max-new-tokens", "max_new_tokens", type=int, default=64, show_default=True)
-@click.option("--repeats", type=int, default=1, show_default=True)
+@click.option("--repeats", type=int, default=3, show_default=True, help="Interleaved timed runs per path; medians.")
 @click.option("--threads", type=int, default=0, show_default=True, help="torch CPU threads (0 = default).")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True)

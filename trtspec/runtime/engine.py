@@ -126,7 +126,7 @@ class Engine:
         self.free_rows.append(r.row)
 
     # -- prefill ---------------------------------------------------------------------------------
-    @torch.no_grad()
+    @torch.inference_mode()
     def _admit(self) -> None:
         """Give waiting requests free rows and prefill ``tokens[:-1]`` into the target cache."""
         new = []
@@ -181,9 +181,12 @@ class Engine:
         dev, N = self.device, prop.tokens.shape[1]
         rows = torch.tensor([r.row for r in reqs], device=dev)
         cache_lens = torch.tensor([r.cache_len for r in reqs], dtype=torch.int64, device=dev)
-        packed, depth, _, _ = ops().tree_metadata(prop.parents.to(torch.int32), prop.num_nodes.to(torch.int32))
         node = torch.arange(N, device=dev)
-        visible = masks.unpack_mask(packed, N) | torch.eye(N, dtype=torch.bool, device=dev)   # padding sees itself
+        if self.spec.branching == 1:          # a chain: node i has depth i and sees nodes 0..i
+            depth, visible = node[None], masks.causal(N, dev)
+        else:
+            packed, depth, _, _ = ops().tree_metadata(prop.parents.to(torch.int32), prop.num_nodes.to(torch.int32))
+            visible = masks.unpack_mask(packed, N) | torch.eye(N, dtype=torch.bool, device=dev)   # padding sees itself
         valid = node[None] < prop.num_nodes[:, None]
         positions, write_idx, mask = masks.block_inputs(
             cache_lens, visible, valid, cache_lens[:, None] + node, cache_lens[:, None] + depth.long(), self.slots)
@@ -194,13 +197,15 @@ class Engine:
         """Move the accepted path's K/V to ``cache_len + 0..acc`` (slot ``cache_len + path[i]`` ->
         ``cache_len + i``); returns the new cache lengths ``cache_len + acc + 1`` (int32 ``[B]``)."""
         dev = self.device
-        rows = torch.tensor([r.row for r in reqs], device=dev)
         cache_lens = torch.tensor([r.cache_len for r in reqs], dtype=torch.int32, device=dev)
+        if self.spec.branching == 1:          # a chain's accepted path 0..acc already sits at cache_len + 0..acc
+            return cache_lens + acc.to(device=dev, dtype=torch.int32) + 1
+        rows = torch.tensor([r.row for r in reqs], device=dev)
         src, dst, new_lens = ops().accepted_kv_indices(path, acc, cache_lens)
         self.cache.move(rows, src.to(dev), dst.to(dev))
         return new_lens
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self) -> list[StepOutput]:
         """Advance every running request by one target step (admitting waiting ones first)."""
         t_start = time.perf_counter()

@@ -106,7 +106,7 @@ class TreeDrafter(Drafter):
     def cache_slots(self) -> int:
         raise NotImplementedError
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def propose(self, reqs, depths, branching, mode):
         device = self.device
         roots = torch.tensor([r.tokens[-1] for r in reqs], device=device)
@@ -114,6 +114,8 @@ class TreeDrafter(Drafter):
         if L == 0:
             return chain_proposal(roots)
         rows = torch.tensor([r.row for r in reqs], device=device)
+        if K == 1 and not mode.sample:
+            return self._greedy_chain(reqs, rows, roots, depths)
         logits, state, base = self.catch_up(reqs)                     # [B, V], [B, E] | None, [B]
         B, V = logits.shape
         N = tree_size(K, L)
@@ -161,6 +163,35 @@ class TreeDrafter(Drafter):
             frontier = pick
         num_nodes = torch.tensor([tree_size(K, d) for d in depths], device=device)
         return Proposal(tokens, parents, num_nodes, depth, dprobs)
+
+    def _greedy_chain(self, reqs, rows, roots, depths) -> Proposal:
+        """The greedy chain (branching 1) without tree bookkeeping: draft n = argmax of the draft's
+        logits after node n-1 (the top-1 of the expansion above; only a tie between two logits can
+        resolve differently, which changes a draft, never the verified output).
+
+        Node n is written to slot ``base + n`` at position ``base + n`` and sees slots ``0..base+n``:
+        the inputs :meth:`_feed` builds for a chain, without the ancestor matrix.
+        """
+        device, B, L = self.device, len(reqs), max(depths)
+        logits, state, base = self.catch_up(reqs)                     # [B, V], [B, E] | None, [B]
+        tokens = torch.empty(B, L + 1, dtype=torch.int64, device=device)
+        tokens[:, 0] = roots
+        tokens[:, 1] = logits.argmax(-1)
+        if L > 1:
+            slot = base[:, None].clone()                                   # [B, 1]
+            width = int(base.max()) + 1                                    # S' of node n: width + n
+            j = torch.arange(width + L, device=device)
+            for n in range(1, L):
+                slot = slot + 1
+                mask = j[None, None, : width + n] <= slot[:, :, None]      # [B, 1, S']
+                logits, state = self.forward_nodes(rows, tokens[:, n:n + 1], None if state is None else state[:, None],
+                                                   slot, slot, mask)
+                state = None if state is None else state[:, 0]
+                tokens[:, n + 1] = logits[:, 0].argmax(-1)
+        node = torch.arange(L + 1, device=device)
+        num_nodes = torch.tensor(depths, device=device) + 1
+        return Proposal(tokens, (node - 1).expand(B, L + 1).contiguous(), num_nodes,
+                        node.expand(B, L + 1).contiguous(), None)
 
     def _feed(self, rows, base, tokens, depth, anc, states, parents, nodes, n):
         """Run the frontier ``nodes [B, M]`` through the draft model; returns their logits and states."""
