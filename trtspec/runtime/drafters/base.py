@@ -106,6 +106,11 @@ class TreeDrafter(Drafter):
     def cache_slots(self) -> int:
         raise NotImplementedError
 
+    def chain_fed(self, reqs, drafts: int) -> None:
+        """Called after a greedy chain proposal that fed drafts ``1..drafts`` to the model (slots
+        ``base + 1..base + drafts``, chain positions); a drafter whose cache entries are then exactly
+        those of committed tokens may skip re-feeding the accepted ones (see ``draft_model``)."""
+
     @torch.inference_mode()
     def propose(self, reqs, depths, branching, mode):
         device = self.device
@@ -188,6 +193,7 @@ class TreeDrafter(Drafter):
                                                    slot, slot, mask)
                 state = None if state is None else state[:, 0]
                 tokens[:, n + 1] = logits[:, 0].argmax(-1)
+        self.chain_fed(reqs, L - 1)
         node = torch.arange(L + 1, device=device)
         num_nodes = torch.tensor(depths, device=device) + 1
         return Proposal(tokens, (node - 1).expand(B, L + 1).contiguous(), num_nodes,

@@ -10,7 +10,12 @@ from trtspec.runtime.models import Transformer
 
 class DraftModelDrafter(TreeDrafter):
     """Its cache row ``r.row`` holds K/V for ``r.tokens[:seen]``; each proposal first feeds the
-    unseen committed tokens (the root last), then expands the tree level by level."""
+    unseen committed tokens (the root last), then expands the tree level by level.
+
+    After a greedy chain, drafts ``1..L-1`` already sit in the cache at their slots and positions
+    with the causal context of committed tokens, so :meth:`commit` counts the accepted ones as seen:
+    the next catch-up feeds only the bonus token (and draft L when all L were accepted).
+    """
 
     name = "draft_model"
 
@@ -19,10 +24,22 @@ class DraftModelDrafter(TreeDrafter):
         self.device = model.lm_head.weight.device
         self.cache = None
         self.seen: dict[int, int] = {}    # row -> committed tokens in the draft cache
+        self.fed: dict[int, int] = {}     # row -> drafts of the last greedy chain in the cache
 
     def reserve(self, rows, slots):
         self.cache = self.model.new_cache(rows, slots)
-        self.seen = {}
+        self.seen, self.fed = {}, {}
+
+    def chain_fed(self, reqs, drafts):
+        self.fed = {r.row: drafts for r in reqs}
+
+    def commit(self, reqs, path_aux, path_len):
+        """Accepted drafts the last greedy chain already wrote (slots ``seen..seen+k-1``) count as seen."""
+        fed, self.fed = self.fed, {}
+        if fed:
+            for r, n in zip(reqs, path_len.tolist()):
+                if r.row in fed:
+                    self.seen[r.row] += min(n - 1, fed[r.row])
 
     def cache_slots(self):
         return self.cache.slots
@@ -33,6 +50,7 @@ class DraftModelDrafter(TreeDrafter):
 
     def release(self, req):
         self.seen.pop(req.row, None)
+        self.fed.pop(req.row, None)
 
     def catch_up(self, reqs):
         """Feed ``r.tokens[seen:]`` (root last) causally; returns root logits ``[B, V]``, None, base ``[B]``."""
