@@ -48,7 +48,6 @@ def emulated_sources(out: Path) -> list[Path]:
     """Writes the rewritten cpp/src/*_cuda.cu (as .cpp) and cuda_common.cuh into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "cuda_common.cuh").write_text(emulated_source((SRC / "cuda_common.cuh").read_text()))
-    shutil.copy(SRC / "cuda_seed_on_device.h", out / "cuda_seed_on_device.h")
     files = []
     for cu in sorted(SRC.glob("*_cuda.cu")):
         target = out / (cu.stem + ".cpp")
