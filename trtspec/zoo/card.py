@@ -108,7 +108,7 @@ def write_model_card(demo_dir: Path, card: Path) -> None:
         "## Training",
         f"AdamW (β=0.9/0.95, weight decay {cfg['weight_decay']}), lr {cfg['lr']} with {cfg['warmup']} warmup steps "
         f"and cosine decay to {cfg['lr'] * cfg['min_lr_ratio']:g}, batch {cfg['batch_size']} × {cfg['seq_len']} "
-        f"tokens, grad-norm clip 1.0, {cfg['threads']} CPU threads"
+        f"tokens, grad-norm clip 1.0, {cfg['threads']} CPU thread{'s' if cfg['threads'] != 1 else ''}"
         + (", bfloat16 autocast (fp32 master weights)." if cfg.get("autocast_bf16") else ", float32."),
         "",
         "| stage | steps | tokens seen | final train loss | wall |",
@@ -144,7 +144,7 @@ def write_model_card(demo_dir: Path, card: Path) -> None:
         f"| CPU tok/s (B=1) | " + " | ".join(f"{v:.0f}" for v in speed["spec_tok_s"].values()) + " |",
         f"| speedup vs target alone | " + " | ".join(f"{v:.2f}×" for v in speed["speedup"].values()) + " |",
         "",
-        f"Target alone: {speed['target_tok_s']:.0f} tok/s at batch 1 ({speed['threads']} CPU threads, same prompts; "
+        f"Target alone: {speed['target_tok_s']:.0f} tok/s at batch 1 ({speed['threads']} CPU thread{'s' if speed['threads'] != 1 else ''}, same prompts; "
         "wall-clock on a shared machine, so expect noise). Acceptance profile (`trtspec.acceptance/v1`, "
         f"measured at D={acc['draft_len']}): `{rel}/acceptance.json`, conditional rates "
         f"{', '.join(f'{r:.3f}' for r in acc['rates'])}, mean AL {acc['mean_al']:.3f} over {acc['num_steps']} steps.",

@@ -64,9 +64,9 @@ class TrainConfig:
     batch_size: int = 8
     target: ModelShape = field(default_factory=lambda: ModelShape(256, 6, 8, 2, 768))
     draft: ModelShape = field(default_factory=lambda: ModelShape(256, 1, 8, 2, 768))
-    target_steps: int = 300
+    target_steps: int = 600
     draft_steps: int = 80
-    distill_steps: int = 200
+    distill_steps: int = 250
     autocast_bf16: bool = True
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
