@@ -92,6 +92,30 @@ inline Status requestNodes(const int32_t* numNodes, int32_t b, int32_t nodes, in
     return (*n >= 1 && *n <= nodes) ? Status::kSuccess : Status::kInvalidTree;
 }
 
+// Start request b of a tree verification: clear its outputs (path -1, len 0, bonus 0), then check
+// num_nodes, the tree (topological, depth <= maxDepth) and the drafted token ids (nodes 1..n-1 in
+// [0, vocab)). On success `tree` holds the child lists and *n the request's node count.
+inline Status beginTreeRequest(const int32_t* numNodes, const int32_t* parents, const int64_t* tokens, int32_t b,
+                               int32_t nodes, int64_t vocab, int32_t maxDepth, TreeScratch& tree,
+                               int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken, int32_t* n) {
+    const int64_t width = static_cast<int64_t>(maxDepth) + 1;
+    int32_t* path = acceptedNodes + b * width;
+    std::fill(path, path + width, -1);
+    acceptedLen[b] = 0;
+    bonusToken[b] = 0;
+    int32_t deepest = 0;
+    Status s = requestNodes(numNodes, b, nodes, n);
+    if (s != Status::kSuccess) return s;
+    s = buildTree(parents + static_cast<int64_t>(b) * nodes, *n, tree.firstChild.data(), tree.nextSibling.data(),
+                  tree.lastChild.data(), tree.depth.data(), &deepest);
+    if (s != Status::kSuccess) return s;
+    if (deepest > maxDepth) return Status::kTreeTooDeep;
+    const int64_t* tok = tokens + static_cast<int64_t>(b) * nodes;
+    for (int32_t i = 1; i < *n; ++i)
+        if (tok[i] < 0 || tok[i] >= vocab) return Status::kInvalidToken;
+    return Status::kSuccess;
+}
+
 // ---- row passes (bit-identical to the reference's torch ops) -------------------------------
 // The elementwise passes use SSE2 where available (the same IEEE operations as the scalar code,
 // element by element, so results are identical); the float64 sums are sequential chains, as

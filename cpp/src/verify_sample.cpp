@@ -58,20 +58,11 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
         std::vector<double> cdf(vocab);
         for (int32_t b = b0; b < b1; ++b) {
             int32_t* path = acceptedNodes + b * width;
-            std::fill(path, path + width, -1);
-            acceptedLen[b] = 0;
-            bonusToken[b] = 0;
-            int32_t n = 0, deepest = 0;
-            Status s = detail::requestNodes(numNodes, b, nodes, &n);
-            if (s != Status::kSuccess) return s;
-            const int32_t* par = parents + static_cast<int64_t>(b) * nodes;
             const int64_t* tok = tokens + static_cast<int64_t>(b) * nodes;
-            s = detail::buildTree(par, n, tree.firstChild.data(), tree.nextSibling.data(), tree.lastChild.data(),
-                                  tree.depth.data(), &deepest);
+            int32_t n = 0;
+            Status s = detail::beginTreeRequest(numNodes, parents, tokens, b, nodes, vocab, maxDepth, tree, acceptedLen,
+                                                acceptedNodes, bonusToken, &n);
             if (s != Status::kSuccess) return s;
-            if (deepest > maxDepth) return Status::kTreeTooDeep;
-            for (int32_t i = 1; i < n; ++i)
-                if (tok[i] < 0 || tok[i] >= vocab) return Status::kInvalidToken;
 
             auto row = [&](const float* base, int32_t node) {
                 return base + (static_cast<int64_t>(b) * nodes + node) * vocab;
