@@ -12,13 +12,7 @@ bool TrtSpecTreeMaskPlugin::checkDims(nvinfer1::Dims const* in, int32_t nbInputs
     if (!checkRank(parents, 2, F::kInputs[F::kInParents].name, why)) return false;
     int64_t const B = parents.d[0], N = parents.d[1];
     if (!checkRange(B, 0, kMaxBatch, "batch", why) || !checkRange(N, 1, kMaxNodes, "nodes per tree", why)) return false;
-    if (nbInputs > F::kInNumNodes) {
-        nvinfer1::Dims const& numNodes = in[F::kInNumNodes];
-        if (!checkRank(numNodes, 1, F::kInputs[F::kInNumNodes].name, why) ||
-            !checkDim(numNodes.d[0], B, F::kInputs[F::kInNumNodes].name, 0, why))
-            return false;
-    }
-    return true;
+    return checkNumNodes<F>(in, nbInputs, B, why);
 }
 
 int32_t TrtSpecTreeMaskPlugin::getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,

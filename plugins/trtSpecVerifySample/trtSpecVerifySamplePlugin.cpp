@@ -30,29 +30,14 @@ bool TrtSpecVerifySamplePlugin::checkDims(nvinfer1::Dims const* in, int32_t nbIn
     if (!checkRange(B, 0, kMaxBatch, "batch", why) || !checkRange(N, 1, kMaxNodes, "nodes per tree", why) ||
         !checkRange(V, 1, INT32_MAX, "vocabulary size", why))
         return false;
-    if (nbInputs > F::kInNumNodes) {
-        char const* const name = F::kInputs[F::kInNumNodes].name;
-        if (!checkRank(in[F::kInNumNodes], 1, name, why) || !checkDim(in[F::kInNumNodes].d[0], B, name, 0, why))
-            return false;
-    }
-    return true;
+    return checkNumNodes<F>(in, nbInputs, B, why);
 }
 
 int32_t TrtSpecVerifySamplePlugin::getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
                                                    nvinfer1::DimsExprs const*, int32_t, nvinfer1::DimsExprs* outputs,
                                                    int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept {
-    if (!ioCountOk(nbInputs, nbOutputs) || inputs[F::kInTokens].nbDims != 2) return -1;
-    nvinfer1::IDimensionExpr const* B = inputs[F::kInTokens].d[0];
-    nvinfer1::IDimensionExpr const* N = inputs[F::kInTokens].d[1];
-    int32_t const maxDepth = mAttributes[F::kAttrMaxDepth];
-    outputs[F::kOutAcceptedLen].nbDims = 1;
-    outputs[F::kOutAcceptedLen].d[0] = B;
-    outputs[F::kOutAcceptedNodes].nbDims = 2;  // [B, L], L = max_depth + 1 (N when max_depth = -1)
-    outputs[F::kOutAcceptedNodes].d[0] = B;
-    outputs[F::kOutAcceptedNodes].d[1] = maxDepth >= 0 ? exprBuilder.constant(maxDepth + 1) : N;
-    outputs[F::kOutBonusToken].nbDims = 1;
-    outputs[F::kOutBonusToken].d[0] = B;
-    return 0;
+    if (!ioCountOk(nbInputs, nbOutputs)) return -1;
+    return treeVerdictShapes<F>(inputs, outputs, mAttributes[F::kAttrMaxDepth], exprBuilder);
 }
 
 size_t TrtSpecVerifySamplePlugin::getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t,
