@@ -5,12 +5,16 @@ TensorRT-LLM's AUTO heuristic (D=5 up to batch 4, else 3).
     python benchmarks/bench_recipe.py [--device cpu|cuda] [--sweep 0..8] [--batch 1,4,16]
                                       [--prompts 16] [--max-new-tokens 32] [--repeats 3]
                                       [--clock auto|wall|cpu] [--calibration cost_table.json]
+                                      [--acceptance max_d|pooled] [--prior-steps 0]
                                       [--out bench_recipe_out] [--json]
 
-Steps: measure tokens/s of the local runtime for every (B, D) (held-out standard-library code
-prompts, greedy); the acceptance measured at the largest D and a cost table (``trtspec profile``
-on the same device, unless --calibration is given) go to the planner; the table prints, per B,
-the planner's D, the measured best D and the ratio of their throughputs. Same as
+Steps: measure the steady-state tokens/s of the local runtime for every (B, D) (held-out
+standard-library code prompts, greedy; full batches with full drafts only, the engines of all D
+stepped in turn: see ``trtspec.bench.sweep``); the acceptance measured at the largest D
+(censoring-aware per-position counts) and a cost table (``trtspec profile``, engine method, at the
+context the workload's batches attend to, unless --calibration is given) go to the planner. It
+prints predicted next to measured step time, AL and tokens/s per (B, D), then, per B, the
+planner's D, the measured best D and the ratio of their throughputs. Same as
 ``trtspec bench --sweep-draft-len 0..8 --batch 1,4,16 --category coding``.
 """
 from __future__ import annotations
@@ -33,11 +37,15 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", default="0..8", help="draft lengths, e.g. 0..8")
     ap.add_argument("--batch", default="1,4,16", help="batch sizes, e.g. 1,4,16")
     ap.add_argument("--prompts", type=int, default=16, help="held-out code prompts cycled through the batches")
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=SweepConfig.max_new_tokens)
+    ap.add_argument("--repeats", type=int, default=SweepConfig.repeats)
     ap.add_argument("--clock", choices=["auto", "wall", "cpu"], default="auto",
                     help="auto: process CPU time (single-threaded) on --device cpu, wall time on cuda")
     ap.add_argument("--calibration", default=None, help="cost_table.json (default: profile now)")
+    ap.add_argument("--acceptance", choices=["max_d", "pooled"], default=SweepConfig.acceptance,
+                    help="planner's a_k from the counts at the largest D, or pooled over all swept D")
+    ap.add_argument("--prior-steps", type=float, default=SweepConfig.prior_steps,
+                    help="pseudo-steps shrinking each a_k toward the pooled rate (0: none)")
     ap.add_argument("--gpu", default="h200", help="GPU name for the planner (its step times come from the table)")
     ap.add_argument("--out", default="bench_recipe_out")
     ap.add_argument("--json", action="store_true")
@@ -50,7 +58,8 @@ def main(argv=None) -> int:
         target, demo_draft = demo_paths()
         draft = draft or demo_draft
     cfg = SweepConfig(draft_lens=parse_int_list(args.sweep, "--sweep"), batch_sizes=parse_int_list(args.batch, "--batch"),
-                      repeats=args.repeats, max_new_tokens=args.max_new_tokens,
+                      repeats=args.repeats, max_new_tokens=args.max_new_tokens, acceptance=args.acceptance,
+                      prior_steps=args.prior_steps,
                       clock=args.clock if args.clock != "auto" else ("cpu" if args.device == "cpu" else "wall"))
     prompts = stdlib_code_prompts(args.prompts)
     res = run_sweep(target, draft, prompts, cfg, out_dir=args.out, device=args.device, dtype=args.dtype,
@@ -60,6 +69,8 @@ def main(argv=None) -> int:
         return 0
     print(f"clock: {cfg.clock}; device: {res['device']}; mean AL at D={max(cfg.draft_lens)}: {res['mean_al_at_max_d']:.3f}; "
           f"a_k = {', '.join(f'{a:.2f}' for a in res['rates'])}")
+    print("predicted (planner's cost model with the profile and the acceptance) vs measured, steady state:")
+    print(res["detail"])
     print(res["table"])
     for v in res["verdicts"]:
         r = v["ratios"]["planner"]
@@ -67,7 +78,7 @@ def main(argv=None) -> int:
         print(f"B={v['batch']}: planner D={v['choices']['planner']} vs best D={v['best_d']}: ratio "
               f"{'n/a' if r is None else f'{r:.3f}'} ({ok}); fixed D=3 {v['ratios']['fixed3']}; "
               f"AUTO D={v['choices']['auto']} {v['ratios']['auto']}")
-    print(f"wall {res['wall_s']:.0f} s; results in {args.out}/sweep.json")
+    print(f"wall {res['wall_s']:.0f} s (sweep {res['sweep_s']:.0f} s, profile {res['profile_s']:.0f} s); results in {args.out}/sweep.json")
     return 0
 
 

@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -222,6 +222,40 @@ def summarize_counters(num_steps: int, accepted_per_pos: Sequence[int] | None, a
                              s.histogram, s.rates_fitted, None, draft_len)
 
 
+def summarize_positions(reached: Sequence[int], accepted: Sequence[int], *, draft_len: int, num_requests: int = 0,
+                        prior_steps: float = 0.0) -> AcceptanceSummary:
+    """Summary from censoring-aware per-position counts (``trtspec.bench.steps.PositionCounts``):
+    ``reached[k-1]`` request-steps proposed draft k with drafts 1..k-1 accepted, ``accepted[k-1]``
+    of them accepted it; a_k = accepted_k / reached_k (0.0 where no step reached k).
+
+    ``prior_steps`` m >= 0 shrinks each a_k toward the pooled rate p = sum(accepted) / sum(reached):
+    a_k = (accepted_k + m p) / (reached_k + m), so deep positions with few samples lean on the
+    others (m = 0: none). Mean AL is the measured 1 + sum(accepted) / reached_1; no histogram
+    (capped steps make it ambiguous) and no confidence interval.
+    """
+    if draft_len < 1:
+        raise ValueError(f"draft_len={draft_len}: expected >= 1")
+    if len(reached) != len(accepted) or len(reached) > draft_len:
+        raise ValueError(f"reached/accepted: expected equal lengths <= draft_len={draft_len}, got "
+                         f"{len(reached)} and {len(accepted)}")
+    if any(a < 0 or a > r for r, a in zip(reached, accepted)):
+        raise ValueError(f"accepted={list(accepted)}: each must be in 0..reached ({list(reached)})")
+    if prior_steps < 0:
+        raise ValueError(f"prior_steps={prior_steps}: expected >= 0")
+    r = list(reached) + [0] * (draft_len - len(reached))
+    a = list(accepted) + [0] * (draft_len - len(accepted))
+    pooled = sum(a) / sum(r) if sum(r) else 0.0
+    rates = []
+    for rk, ak in zip(r, a):
+        den = rk + prior_steps
+        rates.append((ak + prior_steps * pooled) / den if den > 0 else 0.0)
+    joint = [float(x) for x in np.cumprod(rates)]
+    steps = r[0]
+    mean_al = 1.0 + sum(a) / steps if steps else 1.0
+    return AcceptanceSummary(num_requests, steps, sum(a), mean_al, tuple(rates), tuple(joint), (), False, None,
+                             draft_len)
+
+
 @dataclass(frozen=True)
 class Throughput:
     """Output throughput: ``tokens_per_s`` = all output tokens / wall seconds; ``per_user_tokens_per_s``
@@ -258,9 +292,10 @@ class AcceptanceProfile:
     overall: AcceptanceSummary
     per_category: dict[str, AcceptanceSummary] = field(default_factory=dict)
     source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # more top-level fields (e.g. per-position counts)
 
     def to_dict(self) -> dict:
-        return {
+        return {**self.extra,
             "format": PROFILE_FORMAT,
             "drafter": self.drafter,
             "draft_len": self.draft_len,

@@ -4,9 +4,10 @@ time on this device, measured with trtspec's runtime models, written as ``cost_t
 Two methods:
 
 * ``engine`` (default): steps of trtspec's runtime engine itself, B requests of ``context_len``
-  random prompt tokens, the pipeline loaded with D = ``tokens - 1`` drafts. For each timed step
-  (all B requests running, after warm-up steps) the engine's draft time ``dd`` and the step's
-  wall time are read. The draft time is fitted over the measured D >= 1 as ``dd = c + D * t``:
+  (or the batch's ``batch_contexts`` entry) random prompt tokens, one engine per D = ``tokens - 1``
+  sharing the loaded models. For each timed step (all B requests running and drafting the full D,
+  after warm-up steps; an engine whose requests near their token budget is rebuilt untimed; the
+  grid's points take turns, one step each) the engine's draft time ``dd`` and the step's time are read. The draft time is fitted over the measured D >= 1 as ``dd = c + D * t``:
   ``draft[B]["1"] = t`` (one draft token) and ``target[B][D+1] = median(wall - dd) + c`` (the
   verification forward, acceptance, KV moves and the drafter's per-step fixed cost, i.e. everything
   per step that is not proportional to D). This is what the runtime pays, so the planner's
@@ -79,7 +80,10 @@ class ProfileConfig:
     ``repeats`` (default 5) calls per point; ``device`` ('cpu' or 'cuda'); ``dtype`` ('float32',
     'bfloat16', 'float16'); ``method`` ('engine', default: steps of trtspec's runtime engine;
     'forward': bare model forwards), see the module docstring; ``clock`` ('wall', default, or
-    'cpu': process CPU time, single-threaded, for busy shared CPU machines; see :func:`clock_fn`).
+    'cpu': process CPU time, single-threaded, for busy shared CPU machines; see :func:`clock_fn`);
+    ``batch_contexts`` (default none): (B, context) pairs that replace ``context_len`` at those
+    batch sizes (engine method), e.g. a workload's longest prompt per batch: attention reads the
+    longest context of the batch, so a step costs what its longest request costs.
     """
 
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -92,6 +96,7 @@ class ProfileConfig:
     dtype: str = "float32"
     method: str = "engine"
     clock: str = "wall"
+    batch_contexts: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
@@ -109,6 +114,18 @@ class ProfileConfig:
             raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device={self.device!r}: expected 'cpu' or 'cuda[:N]'")
+        try:
+            pairs = tuple((int(b), int(c)) for b, c in self.batch_contexts)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"batch_contexts={self.batch_contexts!r}: expected (batch, context) pairs") from exc
+        if any(b not in self.batch_sizes or c < 1 for b, c in pairs) or len({b for b, _ in pairs}) != len(pairs):
+            raise ValueError(f"batch_contexts={self.batch_contexts!r}: expected (batch, context >= 1) pairs for "
+                             f"distinct batch sizes among {self.batch_sizes}")
+        object.__setattr__(self, "batch_contexts", tuple(sorted(pairs)))
+
+    def context_for(self, batch: int) -> int:
+        """Cached tokens per request at ``batch``: its ``batch_contexts`` entry, else ``context_len``."""
+        return dict(self.batch_contexts).get(batch, self.context_len)
 
 
 def device_name(device: str) -> str:
@@ -267,50 +284,74 @@ def load_cost_table(path: str | Path) -> CostTable:
                      extra)
 
 
-def _engine_step_times(pipe: Any, batch: int, draft_len: int, cfg: ProfileConfig) -> tuple[float, float]:
-    """(median of wall - draft seconds, median draft seconds) over ``cfg.repeats`` engine steps
-    with all ``batch`` requests running, after ``cfg.warmup`` (at least 1: prefill) steps."""
-    import torch
+class _EngineCell:
+    """Engine steps at one (B, D) on random prompts of ``context`` tokens (no stop tokens).
 
-    warm = max(cfg.warmup, 1)
-    new_tokens = (warm + cfg.repeats + 1) * (draft_len + 1) + 1
-    eng = pipe.engine(max_batch_size=batch, max_seq_len=cfg.context_len + new_tokens + 1)
-    vocab = pipe.target.config.vocab_size
-    g = torch.Generator().manual_seed(batch * 131 + draft_len)
-    from trtspec.runtime import SamplingParams
+    :meth:`timed_step` returns (step seconds - drafter seconds, drafter seconds) of one step with all
+    B requests drafting the full D; before a step that some request's token budget would cap, the
+    engine is rebuilt with fresh prompts (prefill step untimed)."""
 
-    params = SamplingParams(max_new_tokens=new_tokens)  # no stop tokens: every request runs all steps
-    for i in range(batch):
-        eng.add_request(i, torch.randint(0, vocab, (cfg.context_len,), generator=g).tolist(), params)
-    sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
-    now = clock_fn(cfg.clock)
-    spent = [0.0]
-    propose = eng.drafter.propose
+    def __init__(self, pipe: Any, batch: int, draft_len: int, context: int, cfg: ProfileConfig):
+        import torch
 
-    def timed_propose(*args, **kwargs):  # the drafter's share of each step, on our clock
-        t = now()
-        try:
-            return propose(*args, **kwargs)
-        finally:
-            sync()
-            spent[0] += now() - t
+        self.pipe, self.batch, self.d, self.context = pipe, batch, draft_len, context
+        ctx = int(pipe.target.config.max_position_embeddings)
+        self.budget = min(ctx - context - 1, 64 * (draft_len + 1))
+        if self.budget < 2 * (draft_len + 2):
+            raise ValueError(f"context {context} at batch {batch}: leaves {self.budget} of the target's {ctx} "
+                             f"positions, too few for steps of D={draft_len}")
+        self.sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
+        self.now = clock_fn(cfg.clock)
+        self.gen = torch.Generator().manual_seed(batch * 131 + draft_len)
+        self.builds = 0
+        self.left: dict[int, int] = {}
+        self.eng: Any = None
+        self.spent = [0.0]
 
-    eng.drafter.propose = timed_propose
-    rest, drafts = [], []
-    for k in range(warm + cfg.repeats):
-        d0 = spent[0]
-        sync()
-        t0 = now()
-        outs = eng.step()
-        sync()
-        wall = now() - t0
-        if any(o.finished for o in outs):
-            raise RuntimeError(f"profile: a request finished early at B={batch}, D={draft_len}")
-        if k >= warm:
-            dd = spent[0] - d0 if draft_len else 0.0  # D = 0: the whole step is the target's
-            rest.append(wall - dd)
-            drafts.append(dd)
-    return statistics.median(rest), statistics.median(drafts)
+    def _build(self) -> None:
+        import torch
+
+        from trtspec.runtime import SamplingParams
+
+        eng = self.pipe.engine(max_batch_size=self.batch, max_seq_len=self.context + self.budget + 1)
+        vocab = self.pipe.target.config.vocab_size
+        params = SamplingParams(max_new_tokens=self.budget)
+        for i in range(self.batch):
+            eng.add_request(i, torch.randint(0, vocab, (self.context,), generator=self.gen).tolist(), params)
+        propose, spent, now, sync = eng.drafter.propose, self.spent, self.now, self.sync
+
+        def timed_propose(*args, **kwargs):  # the drafter's share of each step, on our clock
+            t = now()
+            try:
+                return propose(*args, **kwargs)
+            finally:
+                sync()
+                spent[0] += now() - t
+
+        eng.drafter.propose = timed_propose
+        self.eng, self.left = eng, {i: self.budget for i in range(self.batch)}
+        self.builds += 1
+        self._account(eng.step())  # prefill + first step: untimed
+
+    def _account(self, outs: Sequence[Any]) -> None:
+        for o in outs:
+            self.left[o.request_id] -= len(o.new_token_ids)
+            if o.finished:
+                raise RuntimeError(f"profile: a request finished early at B={self.batch}, D={self.d}")
+
+    def step(self) -> tuple[float, float]:
+        """One step (rebuilding first if needed); returns (seconds - drafter seconds, drafter seconds)."""
+        if self.eng is None or min(self.left.values()) < self.d + 2:
+            self._build()
+        d0 = self.spent[0]
+        self.sync()
+        t0 = self.now()
+        outs = self.eng.step()
+        self.sync()
+        wall = self.now() - t0
+        self._account(outs)
+        dd = self.spent[0] - d0 if self.d else 0.0  # D = 0: the whole step is the target's
+        return wall - dd, dd
 
 
 def fit_draft_cost(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
@@ -331,21 +372,31 @@ def fit_draft_cost(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
 def profile_engine(target_dir: str | Path, draft_dir: str | Path, cfg: ProfileConfig, *,
                    drafter: str = "draft_model", progress: Callable[[], None] | None = None
                    ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """(target table, draft table) by the ``engine`` method (see module docstring)."""
+    """(target table, draft table) by the ``engine`` method (see module docstring): one engine per
+    (B, D) (the models loaded once), ``warmup`` untimed steps each, then ``repeats`` rounds of one
+    timed step of every (B, D) in turn, the median per point."""
     import torch
 
+    from trtspec.bench.steps import with_draft_len
     from trtspec.runtime import load_pipeline
 
     dtype = getattr(torch, cfg.dtype)
-    rest: dict[tuple[int, int], float] = {}
-    dd: dict[tuple[int, int], float] = {}
-    for t in cfg.tokens:
-        pipe = load_pipeline(str(target_dir), str(draft_dir), drafter=drafter, draft_len=t - 1, device=cfg.device,
-                             dtype=dtype)
-        for b in cfg.batch_sizes:
-            rest[b, t - 1], dd[b, t - 1] = _engine_step_times(pipe, b, t - 1, cfg)
-            if progress is not None:
-                progress()
+    pipe = load_pipeline(str(target_dir), str(draft_dir), drafter=drafter, draft_len=max(max(cfg.tokens) - 1, 1),
+                         device=cfg.device, dtype=dtype)
+    cells = {(b, t - 1): _EngineCell(with_draft_len(pipe, t - 1), b, t - 1, cfg.context_for(b), cfg)
+             for b in cfg.batch_sizes for t in cfg.tokens}
+    for cell in cells.values():
+        for _ in range(cfg.warmup):
+            cell.step()
+    samples: dict[tuple[int, int], list[tuple[float, float]]] = {k: [] for k in cells}
+    for _ in range(cfg.repeats):
+        for key, cell in cells.items():
+            samples[key].append(cell.step())
+    rest = {k: statistics.median(r for r, _ in v) for k, v in samples.items()}
+    dd = {k: statistics.median(x for _, x in v) for k, v in samples.items()}
+    if progress is not None:
+        for _ in cells:
+            progress()
     target: dict[str, dict[str, float]] = {}
     draft: dict[str, dict[str, float]] = {}
     for b in cfg.batch_sizes:
@@ -363,7 +414,8 @@ def profile_pair(target_dir: str | Path, draft_dir: str | Path | None, cfg: Prof
     """Measure the cost table of a target (and draft model, if given) on ``cfg.device``."""
     import torch
 
-    extra = {"context_len": cfg.context_len, "dtype": cfg.dtype, "warmup": cfg.warmup, "repeats": cfg.repeats,
+    extra = {"context_len": cfg.context_len, "batch_contexts": {str(b): c for b, c in cfg.batch_contexts},
+             "dtype": cfg.dtype, "warmup": cfg.warmup, "repeats": cfg.repeats,
              "method": cfg.method, "clock": cfg.clock}
     use_clock(cfg.clock, cfg.device)
     if cfg.method == "engine":
@@ -374,8 +426,9 @@ def profile_pair(target_dir: str | Path, draft_dir: str | Path | None, cfg: Prof
         return CostTable(
             device_name(cfg.device), target, draft,
             source=(f"trtspec profile (engine): target={target_dir}, draft={draft_dir}; trtspec runtime engine "
-                    f"steps, {cfg.context_len} prompt tokens, median of {cfg.repeats} steps after {cfg.warmup} "
-                    f"warm-up; draft time fitted as c + D*t, c folded into target; torch {torch.__version__}"),
+                    f"steps, {cfg.context_len} prompt tokens (per batch: {dict(cfg.batch_contexts) or 'same'}), "
+                    f"median of {cfg.repeats} steps interleaved over the grid after {cfg.warmup} warm-up; "
+                    f"draft time fitted as c + D*t, c folded into target; torch {torch.__version__}"),
             extra=extra)
 
     from trtspec.runtime.models import load_model

@@ -1,10 +1,14 @@
 """Predicted versus swept draft length.
 
-For every batch size B and draft length D in the grid, the local runtime decodes the same
-prompts B at a time and the decode throughput is measured (tokens emitted after each batch's
-first step, which holds the prefill, over the time of the later steps; see :func:`decode_run`).
-The acceptance measured at the largest D (greedy acceptance does not depend on B) and a cost
-table (``trtspec profile``) then give, per B:
+For every batch size B and draft length D in the grid, the local runtime decodes the same prompts
+B at a time, one engine per D stepped in turn on each batch (``trtspec.bench.steps``), and the
+**steady-state** decode throughput is measured: tokens over seconds of the steps in which all B
+requests ran with the full D drafts (not each batch's first step, which holds the prefill, nor the
+drain after a request finished, nor steps whose drafts the token budget capped). That is the
+quantity the planner predicts, ``B * E[AL](D) / step(B, D)``. The acceptance (censoring-aware
+per-position counts at the largest D, :func:`sweep_acceptance`) and a cost table (``trtspec profile``,
+engine method, at the context the workload's batches attend to, :func:`workload_contexts`) then
+give, per B:
 
 * ``planner``: the D that the recipe planner (``trtspec.recipes``: ``build_request`` + ``plan``,
   as ``resolve_recipe('auto')`` runs it) chooses with that acceptance and calibration for exactly
@@ -15,6 +19,7 @@ table (``trtspec profile``) then give, per B:
   (D = 5 for B <= 4, else 3; speculation off above 32);
 
 and the ratio of each choice's measured throughput to the best one's (goal: planner >= 0.95).
+:func:`format_detail` prints predicted next to measured step time, E[AL] and tokens/s per (B, D).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from typing import Any, Callable, Sequence
 from trtspec.bench import metrics as M
 from trtspec.bench.datasets import Prompt
 from trtspec.bench.runners import LocalRunner
+from trtspec.bench.steps import PositionCounts, Tally, paired_pass, with_draft_len
 
 TARGET_RATIO = 0.95
 
@@ -42,7 +48,10 @@ class SweepConfig:
     ``rounds`` passes over the prompts per measurement (default 1); ``repeats`` interleaved passes over
     the grid, median kept (default 3); ``max_new_tokens`` per request (default 32); ``clock``
     'wall' (default) or 'cpu' (process CPU time, single-threaded: for busy shared CPU machines)
-    for both the sweep and the cost table."""
+    for both the sweep and the cost table; ``acceptance``: the planner's a_k from the counts at the
+    largest D ('max_d', default) or pooled over every swept D >= 1 ('pooled'); ``prior_steps``
+    (default 0: none): pseudo-steps that shrink each a_k toward the pooled rate (see
+    ``metrics.summarize_positions``)."""
 
     draft_lens: tuple[int, ...] = tuple(range(0, 9))
     batch_sizes: tuple[int, ...] = (1, 4, 16)
@@ -50,6 +59,8 @@ class SweepConfig:
     repeats: int = 3
     max_new_tokens: int = 32
     clock: str = "wall"
+    acceptance: str = "max_d"
+    prior_steps: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.draft_lens or any(d < 0 for d in self.draft_lens):
@@ -61,13 +72,20 @@ class SweepConfig:
                              "expected >= 1")
         if self.clock not in ("wall", "cpu"):
             raise ValueError(f"clock={self.clock!r}: expected 'wall' or 'cpu'")
+        if self.acceptance not in ("max_d", "pooled"):
+            raise ValueError(f"acceptance={self.acceptance!r}: expected 'max_d' or 'pooled'")
+        if self.prior_steps < 0:
+            raise ValueError(f"prior_steps={self.prior_steps}: expected >= 0")
         object.__setattr__(self, "draft_lens", tuple(sorted(set(self.draft_lens))))
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
 
 
 @dataclass
 class Point:
-    """One measured (B, D): decode tokens and seconds summed over repeats, median tokens/s, mean AL."""
+    """One measured (B, D) in steady state (see ``trtspec.bench.steps``): ``output_tokens`` and
+    ``wall_s`` summed over repeats, median ``tokens_per_s`` and ``step_s`` (seconds per engine step),
+    ``mean_al`` over the steady request-steps, ``steady_steps`` engine steps in all, and
+    ``all_tokens_per_s``: median over every step after each batch's first (the batch draining)."""
 
     batch: int
     draft_len: int
@@ -75,6 +93,9 @@ class Point:
     wall_s: float
     tokens_per_s: float
     mean_al: float
+    step_s: float = 0.0
+    steady_steps: int = 0
+    all_tokens_per_s: float = 0.0
 
 
 @dataclass
@@ -85,91 +106,76 @@ class BatchVerdict:
     choices: dict[str, int | None]          # name -> D (planner, model, fixed3, auto)
     ratios: dict[str, float | None]         # name -> measured tok/s of that D / best
     predicted_tokens_per_s: dict[int, float] = field(default_factory=dict)  # model estimate per D
+    predicted_step_s: dict[int, float] = field(default_factory=dict)        # model step time per D
+    predicted_al: dict[int, float] = field(default_factory=dict)            # E[AL](D) from the rates
 
 
-def decode_run(runner: LocalRunner, prompts: Sequence[Prompt], batch: int, max_new_tokens: int
-               ) -> tuple[int, float, list[M.RequestRecord]]:
-    """Decode throughput of ``prompts`` (first turns) through ``runner``'s engine, ``batch`` at a time.
-
-    Each batch of up to ``batch`` requests is admitted together; its first engine step (prefill of
-    every prompt plus the first speculative step) is not timed, then every later step is, until
-    the batch is done. Returns (tokens emitted in timed steps, seconds on the runner's clock,
-    per-request records over all steps). This is the quantity the planner predicts
-    (``B * AL / step time``), without the prefill that does not depend on D.
-    """
+def encode_prompts(runner: LocalRunner, prompts: Sequence[Prompt], max_new_tokens: int) -> list[list[int]]:
+    """First turns of ``prompts`` as token ids, left-truncated to leave ``max_new_tokens`` of context."""
     from trtspec.bench.datasets import render_turn
-    from trtspec.bench.runners import record_from_stats
 
-    pipe = runner.pipeline
-    ids = [runner._fit(pipe.tokenizer.encode(render_turn(p, 0, (), runner.chat)), max_new_tokens) for p in prompts]
-    ctx = int(pipe.target.config.max_position_embeddings)
-    tokens, seconds, records = 0, 0.0, []
-    for start in range(0, len(ids), batch):
-        chunk = list(range(start, min(start + batch, len(ids))))
-        longest = max(len(ids[i]) for i in chunk)
-        eng = pipe.engine(max_batch_size=len(chunk), max_seq_len=min(ctx, longest + max_new_tokens + 1))
-        for i in chunk:
-            eng.add_request(i, ids[i], pipe.params(max_new_tokens=max_new_tokens))
-        final: dict[int, Any] = {}
-        emitted: dict[int, int] = {i: 0 for i in chunk}
-        for o in eng.step():  # prefill + first step: untimed
-            emitted[o.request_id] += len(o.new_token_ids)
-            final[o.request_id] = o.stats
-        t0 = runner.now()
-        while eng.has_work():
-            for o in eng.step():
-                tokens += len(o.new_token_ids)
-                emitted[o.request_id] += len(o.new_token_ids)
-                final[o.request_id] = o.stats
-        seconds += runner.now() - t0
-        for i in chunk:
-            records.append(record_from_stats(prompts[i].question_id, prompts[i].category, final[i], emitted[i], 0.0))
-    return tokens, seconds, records
+    tok = runner.pipeline.tokenizer
+    return [runner._fit(tok.encode(render_turn(p, 0, (), runner.chat)), max_new_tokens) for p in prompts]
 
 
-def measure_grid(load: Callable[[int], LocalRunner], prompts: Sequence[Prompt], cfg: SweepConfig, *,
-                 progress: Callable[[], None] | None = None) -> tuple[list[Point], dict[int, list[M.RequestRecord]]]:
+def measure_grid(runner: LocalRunner, prompts: Sequence[Prompt], cfg: SweepConfig, *,
+                 progress: Callable[[], None] | None = None) -> tuple[list[Point], dict[int, PositionCounts],
+                                                                       dict[int, dict[str, PositionCounts]]]:
     """Measure every (B, D) on the same workload: all ``prompts`` (``cfg.rounds`` passes), B at a
-    time (:func:`decode_run`). ``load(D)`` returns a LocalRunner with draft length D; all are loaded
-    and warmed up first, then the grid is measured ``cfg.repeats`` times, interleaved (slow drift
-    of a shared machine hits every D alike); each point keeps its median tokens/s. Returns the
-    points and, per D, the request records of its first pass (for the acceptance profile)."""
+    time, one engine per D stepped in turn on each batch (``steps.paired_pass``; the engines share
+    ``runner``'s models). After an untimed warm-up per B, the grid is measured ``cfg.repeats`` times;
+    each point keeps its median steady-state tokens/s and step time. Returns the points and, per D,
+    the censoring-aware acceptance counts of the first pass at the smallest B, overall and per category."""
     import statistics
 
     if not prompts:
         raise ValueError("prompts: need at least one prompt")
     work = list(prompts) * cfg.rounds
-    runners = {}
-    for d in cfg.draft_lens:
-        runners[d] = load(d)
-        decode_run(runners[d], work[:1], 1, 4)  # warm-up, untimed
-    runs: dict[tuple[int, int], list[tuple[int, float, int, int]]] = {}
-    records: dict[int, list[M.RequestRecord]] = {}
+    if len(work) < max(cfg.batch_sizes):
+        raise ValueError(f"prompts: {len(work)} prompts x rounds cannot fill batch size {max(cfg.batch_sizes)}; "
+                         "steady-state steps need full batches")
+    ids = encode_prompts(runner, work, cfg.max_new_tokens)
+    cats = [p.category for p in work]
+    pipes = {d: with_draft_len(runner.pipeline, d) for d in cfg.draft_lens}
+    for b in cfg.batch_sizes:  # warm-up, untimed: first calls at these shapes
+        paired_pass(pipes, ids[:b], cats[:b], b, min(cfg.max_new_tokens, 8), runner.now)
+    runs: dict[tuple[int, int], list[Tally]] = {}
     for _ in range(cfg.repeats):
-        for d in cfg.draft_lens:
-            for b in cfg.batch_sizes:
-                toks, secs, recs = decode_run(runners[d], work, b, cfg.max_new_tokens)
-                steps = sum(r.num_drafts for r in recs)
-                acc = sum(r.accepted_tokens for r in recs)
-                runs.setdefault((b, d), []).append((toks, secs, steps, acc))
-                records.setdefault(d, recs)
+        for b in cfg.batch_sizes:
+            for d, t in paired_pass(pipes, ids, cats, b, cfg.max_new_tokens, runner.now).items():
+                runs.setdefault((b, d), []).append(t)
                 if progress is not None:
                     progress()
     points = []
-    for (b, d), rs in sorted(runs.items()):
-        tps = statistics.median(t / w for t, w, _, _ in rs)
-        toks, wall = sum(r[0] for r in rs), sum(r[1] for r in rs)
-        steps, acc = sum(r[2] for r in rs), sum(r[3] for r in rs)
-        points.append(Point(b, d, toks, wall, tps, 1 + acc / steps if steps else 1.0))
-    return points, records
+    for (b, d), ts in sorted(runs.items()):
+        steady = [t for t in ts if t.steady_steps]
+        use = steady or ts
+        tps = statistics.median(t.steady_tokens_per_s if steady else t.all_tokens_per_s for t in use)
+        step = statistics.median(t.steady_step_s for t in steady) if steady else 0.0
+        req_steps = sum(t.steady_request_steps for t in ts)
+        al = 1.0 + sum(t.steady_accepted for t in ts) / req_steps if req_steps else 1.0
+        points.append(Point(b, d, sum(t.steady_tokens for t in ts), sum(t.steady_s for t in ts), tps, al, step,
+                            sum(t.steady_steps for t in ts), statistics.median(t.all_tokens_per_s for t in ts)))
+    b0 = min(cfg.batch_sizes)
+    counts = {d: runs[b0, d][0].positions for d in cfg.draft_lens}
+    by_cat = {d: runs[b0, d][0].by_category for d in cfg.draft_lens}
+    return points, counts, by_cat
+
+
+def model_step(cost: Any, batch: int, d: int) -> float:
+    """The planner's step time with a calibration table: ``target_time(B, D+1) + D * draft_step_time(B, 1)``."""
+    return cost.target_time(batch, d + 1) + (d * cost.draft_step_time(batch, 1) if d else 0.0)
+
+
+def model_al(rates: Sequence[float], d: int) -> float:
+    """E[AL](D) from a_1..a_n (positions past n reuse a_n, as the planner does)."""
+    return M.expected_al([rates[min(k, len(rates) - 1)] for k in range(d)]) if d else 1.0
 
 
 def model_throughput(rates: Sequence[float], cost: Any, batch: int, d: int) -> float:
     """Closed-form estimate (tokens/s) from a_k and a cost table with ``target_time(B, T)`` and
-    ``draft_step_time(B, W)`` (``trtspec.recipes.calibration.CostTable``)."""
-    al = M.expected_al([rates[min(k, len(rates) - 1)] for k in range(d)]) if d else 1.0
-    step = cost.target_time(batch, d + 1) + (d * cost.draft_step_time(batch, 1) if d else 0.0)
-    return batch * al / step
+    ``draft_step_time(B, W)`` (``trtspec.recipes.calibration.CostTable``): ``B * E[AL](D) / step``."""
+    return batch * model_al(rates, d) / model_step(cost, batch, d)
 
 
 def planner_choices(target_dir: str | Path, acceptance_path: str | Path, calibration_path: str | Path,
@@ -200,7 +206,8 @@ def _get(row: Any, key: str) -> Any:
 
 def compare(points: Sequence[Point], rates: Sequence[float], cost: Any, planner: dict[int, dict] | None
             ) -> list[BatchVerdict]:
-    """Per batch size: best measured D and each choice's throughput ratio to it."""
+    """Per batch size: best measured D, each choice's throughput ratio to it, and the model's
+    predicted step time, E[AL] and tokens/s per D (for the side-by-side table)."""
     out = []
     for b in sorted({p.batch for p in points}):
         by_d = {p.draft_len: p.tokens_per_s for p in points if p.batch == b}
@@ -214,8 +221,25 @@ def compare(points: Sequence[Point], rates: Sequence[float], cost: Any, planner:
         }
         ratios = {k: (by_d[d] / by_d[best_d] if d in by_d else None) if d is not None else None
                   for k, d in choices.items()}
-        out.append(BatchVerdict(b, best_d, by_d[best_d], choices, ratios, est))
+        out.append(BatchVerdict(b, best_d, by_d[best_d], choices, ratios, est,
+                                {d: model_step(cost, b, d) for d in by_d}, {d: model_al(rates, d) for d in by_d}))
     return out
+
+
+def format_detail(verdicts: Sequence[BatchVerdict], points: Sequence[Point]) -> str:
+    """Predicted versus measured per (B, D): step time (ms), E[AL], tokens/s and their ratios."""
+    meas = {(p.batch, p.draft_len): p for p in points}
+    head = (f"{'B':>4} {'D':>2} | {'step ms':>7} {'pred':>7} {'p/m':>5} | {'AL':>5} {'pred':>5} | "
+            f"{'tok/s':>8} {'pred':>8} {'p/m':>5}")
+    lines = [head, "-" * len(head)]
+    for v in verdicts:
+        for d in sorted(v.predicted_tokens_per_s):
+            p = meas[v.batch, d]
+            ps, pa, pt = v.predicted_step_s[d], v.predicted_al[d], v.predicted_tokens_per_s[d]
+            ms = p.step_s * 1e3
+            lines.append(f"{v.batch:>4} {d:>2} | {ms:7.2f} {ps * 1e3:7.2f} {ps * 1e3 / ms if ms else 0:5.2f} | "
+                         f"{p.mean_al:5.2f} {pa:5.2f} | {p.tokens_per_s:8.1f} {pt:8.1f} {pt / p.tokens_per_s:5.2f}")
+    return "\n".join(lines)
 
 
 def format_table(verdicts: Sequence[BatchVerdict]) -> str:
@@ -232,40 +256,82 @@ def format_table(verdicts: Sequence[BatchVerdict]) -> str:
     return "\n".join(lines)
 
 
+def workload_contexts(ids: Sequence[list[int]], batch_sizes: Sequence[int], max_new_tokens: int, context: int,
+                      reserve: int) -> tuple[tuple[int, int], ...]:
+    """(B, tokens) per batch size: the mean over full batches of the longest prompt, plus half of
+    ``max_new_tokens`` (the mid-decode length), at most ``context - reserve`` -- the context the
+    sweep's steps attend to (a batch's attention reads up to its longest request)."""
+    out = []
+    for b in batch_sizes:
+        chunks = [ids[i:i + b] for i in range(0, len(ids) - b + 1, b)] or [ids]
+        mean_longest = sum(max(len(x) for x in c) for c in chunks) / len(chunks)
+        out.append((b, max(1, min(round(mean_longest) + max_new_tokens // 2, context - reserve))))
+    return tuple(out)
+
+
+def sweep_acceptance(counts: dict[int, PositionCounts], by_cat: dict[int, dict[str, PositionCounts]],
+                     cfg: SweepConfig, *, drafter: str, source: str) -> M.AcceptanceProfile:
+    """The acceptance profile given to the planner: censoring-aware per-position counts (see
+    ``trtspec.bench.steps``) at the largest D (``cfg.acceptance='max_d'``) or pooled over every D >= 1
+    (``'pooled'``), each a_k shrunk by ``cfg.prior_steps`` pseudo-steps toward the pooled rate
+    (``metrics.summarize_positions``); the counts go into the profile."""
+    dmax = max(cfg.draft_lens)
+    use = [dmax] if cfg.acceptance == "max_d" else [d for d in cfg.draft_lens if d >= 1]
+    total, cats = PositionCounts(), {}
+    for d in use:
+        total = total.merge(counts[d])
+        for c, pc in by_cat[d].items():
+            cats[c] = cats.get(c, PositionCounts()).merge(pc)
+
+    def summ(pc: PositionCounts) -> M.AcceptanceSummary:
+        return M.summarize_positions(pc.reached[:dmax], pc.accepted[:dmax], draft_len=dmax,
+                                     prior_steps=cfg.prior_steps)
+
+    how = (f"censoring-aware per-position counts ({'D=' + str(dmax) if cfg.acceptance == 'max_d' else 'pooled over D=' + ','.join(map(str, use))}), "
+           f"a_k shrunk by {cfg.prior_steps:g} pseudo-steps toward the pooled rate")
+    return M.AcceptanceProfile(drafter, dmax, summ(total), {c: summ(pc) for c, pc in cats.items()},
+                               f"{source}; {how}", extra={"counts": total.to_dict(), "estimator": how})
+
+
 def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Prompt], cfg: SweepConfig, *,
               out_dir: str | Path, drafter: str = "draft_model", device: str = "cpu", dtype: str = "float32",
               calibration: str | Path | None = None, gpu: str = "h200",
               profile_cfg: Any = None, progress: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Measure the grid, write ``acceptance.json`` (measured at max D) and, unless ``calibration``
-    is given, ``cost_table.json`` (``trtspec profile`` on the same grid, engine method, median of
-    15 steps per point), then compare.
-    Returns (and writes to ``sweep.json``) points, verdicts and the table text."""
+    """Measure the grid, write ``acceptance.json`` (:func:`sweep_acceptance`) and, unless
+    ``calibration`` is given, ``cost_table.json`` (``trtspec profile`` on the same grid, engine
+    method, median of 15 interleaved steps per point, at the workload's context per batch size:
+    :func:`workload_contexts`), then compare.
+    Returns (and writes to ``sweep.json``) points, verdicts, the tables' text and the counts per D."""
     from trtspec.bench.profile import ProfileConfig, profile_pair, use_clock
     from trtspec.bench.runners import resolve_pair
     from trtspec.recipes.calibration import load_cost_table
 
     use_clock(cfg.clock, device)
+    dmax = max(cfg.draft_lens)
+    if dmax < 1:
+        raise ValueError("draft_lens: the sweep needs some D >= 1 to measure acceptance")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     target_dir, bundle_draft, _ = resolve_pair(target)
     draft = draft if draft is not None else bundle_draft
     t0 = time.perf_counter()
-    points, records = measure_grid(
-        lambda d: LocalRunner.load(target_dir, draft, drafter=drafter, draft_len=d, device=device, dtype=dtype,
-                                   clock=cfg.clock),
-        prompts, cfg, progress=progress)
-    dmax = max(cfg.draft_lens)
-    if dmax < 1:
-        raise ValueError("draft_lens: the sweep needs some D >= 1 to measure acceptance")
-    prof = M.build_profile(records[dmax], drafter=drafter, draft_len=dmax,
-                           source=f"trtspec bench --sweep: target={target_dir}, draft={draft}, D={dmax}, "
-                                  f"{len(records[dmax])} requests, greedy, {device}")
+    runner = LocalRunner.load(target_dir, draft, drafter=drafter, draft_len=dmax, device=device, dtype=dtype,
+                              clock=cfg.clock)
+    points, counts, by_cat = measure_grid(runner, prompts, cfg, progress=progress)
+    t1 = time.perf_counter()
+    prof = sweep_acceptance(counts, by_cat, cfg, drafter=drafter,
+                            source=f"trtspec bench --sweep: target={target_dir}, draft={draft}, "
+                                   f"{len(prompts) * cfg.rounds} requests x {cfg.max_new_tokens} tokens, greedy, {device}")
     acc_path = prof.save(out / "acceptance.json")
     if calibration is None:
-        pc = profile_cfg or ProfileConfig(batch_sizes=cfg.batch_sizes, tokens=tuple(d + 1 for d in cfg.draft_lens),
-                                          draft_tokens=(1,), device=device, dtype=dtype, clock=cfg.clock,
-                                          repeats=15)
+        ids = encode_prompts(runner, list(prompts) * cfg.rounds, cfg.max_new_tokens)
+        ctx = int(runner.pipeline.target.config.max_position_embeddings)
+        pc = profile_cfg or ProfileConfig(
+            batch_sizes=cfg.batch_sizes, tokens=tuple(d + 1 for d in cfg.draft_lens), draft_tokens=(1,),
+            device=device, dtype=dtype, clock=cfg.clock, repeats=15,
+            batch_contexts=workload_contexts(ids, cfg.batch_sizes, cfg.max_new_tokens, ctx, 3 * (dmax + 2) + 1))
         calibration = profile_pair(target_dir, draft, pc).save(out / "cost_table.json")
+    t2 = time.perf_counter()
     cost = load_cost_table(calibration)
     planner = planner_choices(target_dir, acc_path, calibration, cfg.batch_sizes, drafter=drafter, gpu=gpu,
                               max_draft_len=dmax, draft=draft)
@@ -276,7 +342,9 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
         "rates": list(prof.overall.rates), "planner_available": planner is not None,
         "planner_rows": {str(k): v for k, v in (planner or {}).items()},
         "points": [asdict(p) for p in points], "verdicts": [asdict(v) for v in verdicts],
-        "table": format_table(verdicts), "wall_s": time.perf_counter() - t0, "goal_ratio": TARGET_RATIO,
+        "counts": {str(d): c.to_dict() for d, c in counts.items()},
+        "table": format_table(verdicts), "detail": format_detail(verdicts, points),
+        "wall_s": time.perf_counter() - t0, "sweep_s": t1 - t0, "profile_s": t2 - t1, "goal_ratio": TARGET_RATIO,
     }
     tmp = out / "sweep.json.tmp"
     tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,172 @@
+"""Traced engine steps: what every step of trtspec's runtime engine drafted, accepted and emitted per
+request, and how long it took, for the predicted-versus-swept comparison (``sweep``).
+
+Two quantities come out of a trace:
+
+* **steady-state decode throughput** at batch B and draft length D: tokens emitted / seconds over
+  the *steady* steps only, those in which all B requests of the batch ran and each drafted the full D
+  tokens. This is what the planner predicts (``B * E[AL](D) / step(B, D)``). Excluded: each batch's
+  first step (prefill), steps after a request finished (the batch has drained below B), and steps
+  whose drafts the engine capped near a request's token budget (fewer than D drafts, smaller AL).
+* **per-position acceptance with censoring**: position k counts as *reached* in a step that
+  proposed at least k drafts and accepted drafts 1..k-1; a_k = accepted_k / reached_k. A step whose
+  chain the engine capped below k does not count against position k (summing accepted counts over
+  all steps, as ``SpecStats.accepted_per_pos / drafts`` does, would).
+
+:func:`paired_pass` steps one engine per D over the same batch of prompts **in turn** (one step of
+each D, then the next round), so that a slow phase of a shared machine hits every D alike; the
+engines share the pipeline's model weights (:func:`with_draft_len`).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+
+def with_draft_len(pipe: Any, draft_len: int) -> Any:
+    """A view of ``pipe`` (``trtspec.runtime.Pipeline``) whose engines use D = ``draft_len`` (no
+    schedule); it shares the target, the drafter's weights and the tokenizer with ``pipe``."""
+    if draft_len < 0:
+        raise ValueError(f"draft_len={draft_len}: expected >= 0")
+    view = copy.copy(pipe)
+    view.spec = dataclasses.replace(pipe.spec, draft_len=draft_len, tree=None, draft_len_schedule=None)
+    return view
+
+
+@dataclass
+class PositionCounts:
+    """Per draft position k = 1..len: ``reached[k-1]`` request-steps that proposed draft k with
+    drafts 1..k-1 accepted; ``accepted[k-1]`` of those that accepted draft k."""
+
+    reached: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+
+    def add(self, drafted: int, accepted: int) -> None:
+        """One request-step that proposed ``drafted`` drafts and accepted the first ``accepted``."""
+        if drafted < 0 or not 0 <= accepted <= drafted:
+            raise ValueError(f"drafted={drafted}, accepted={accepted}: expected 0 <= accepted <= drafted")
+        need = min(drafted, accepted + 1)
+        if len(self.reached) < drafted:
+            grow = drafted - len(self.reached)
+            self.reached += [0] * grow
+            self.accepted += [0] * grow
+        for k in range(need):
+            self.reached[k] += 1
+        for k in range(accepted):
+            self.accepted[k] += 1
+
+    def merge(self, other: "PositionCounts") -> "PositionCounts":
+        n = max(len(self.reached), len(other.reached))
+        pad = lambda xs: list(xs) + [0] * (n - len(xs))  # noqa: E731
+        return PositionCounts([a + b for a, b in zip(pad(self.reached), pad(other.reached))],
+                              [a + b for a, b in zip(pad(self.accepted), pad(other.accepted))])
+
+    def to_dict(self) -> dict:
+        return {"reached": list(self.reached), "accepted": list(self.accepted)}
+
+
+@dataclass
+class Tally:
+    """One (B, D) over one pass of the prompts. ``steady_*``: steady steps (see module docstring):
+    engine steps, request-steps, drafts accepted, tokens emitted, seconds; ``all_tokens`` /
+    ``all_s``: every step after each batch's first; ``total_tokens``: every token emitted; ``positions``: acceptance counts over every
+    step (first ones included); ``by_category``: the same per prompt category."""
+
+    steady_steps: int = 0
+    steady_request_steps: int = 0
+    steady_accepted: int = 0
+    steady_tokens: int = 0
+    steady_s: float = 0.0
+    all_tokens: int = 0
+    all_s: float = 0.0
+    total_tokens: int = 0
+    positions: PositionCounts = field(default_factory=PositionCounts)
+    by_category: dict = field(default_factory=dict)
+
+    @property
+    def steady_tokens_per_s(self) -> float:
+        return self.steady_tokens / self.steady_s if self.steady_s > 0 else 0.0
+
+    @property
+    def all_tokens_per_s(self) -> float:
+        return self.all_tokens / self.all_s if self.all_s > 0 else 0.0
+
+    @property
+    def steady_al(self) -> float:
+        """Mean AL (bonus included) over the steady request-steps (1.0 without any)."""
+        return 1.0 + self.steady_accepted / self.steady_request_steps if self.steady_request_steps else 1.0
+
+    @property
+    def steady_step_s(self) -> float:
+        """Mean seconds per steady engine step (0.0 without any)."""
+        return self.steady_s / self.steady_steps if self.steady_steps else 0.0
+
+
+class _Tracer:
+    """Turns an engine's cumulative per-request ``SpecStats`` into per-step deltas."""
+
+    def __init__(self, draft_len: int, batch: int, categories: Mapping[Any, str], tally: Tally):
+        self.d, self.batch, self.categories, self.tally = draft_len, batch, categories, tally
+        self.prev: dict[Any, tuple[int, int]] = {}
+
+    def record(self, outs: Sequence[Any], seconds: float | None) -> None:
+        """One step's outputs; ``seconds`` None: untimed (the batch's first step)."""
+        t = self.tally
+        full = len(outs) == self.batch
+        steady = full and seconds is not None
+        accepted = emitted = 0
+        for o in outs:
+            dn0, da0 = self.prev.get(o.request_id, (0, 0))
+            dn, da = int(o.stats.draft_tokens) - dn0, int(o.stats.accepted_tokens) - da0
+            self.prev[o.request_id] = (int(o.stats.draft_tokens), int(o.stats.accepted_tokens))
+            t.positions.add(dn, da)
+            t.by_category.setdefault(self.categories[o.request_id], PositionCounts()).add(dn, da)
+            steady = steady and dn == self.d
+            accepted += da
+            emitted += len(o.new_token_ids)
+        t.total_tokens += emitted
+        if seconds is None:
+            return
+        t.all_tokens += emitted
+        t.all_s += seconds
+        if steady:
+            t.steady_steps += 1
+            t.steady_request_steps += len(outs)
+            t.steady_accepted += accepted
+            t.steady_tokens += emitted
+            t.steady_s += seconds
+
+
+def paired_pass(pipes: Mapping[int, Any], ids: Sequence[list[int]], categories: Sequence[str], batch: int,
+                max_new_tokens: int, now: Callable[[], float]) -> dict[int, Tally]:
+    """Decode ``ids`` (prompt token ids; ``categories`` alongside) ``batch`` at a time with one
+    engine per D (``pipes``: D -> pipeline), stepping the engines of a batch in turn; returns a
+    :class:`Tally` per D. Greedy, ``max_new_tokens`` per request; ``now`` is the clock."""
+    if len(ids) != len(categories):
+        raise ValueError(f"categories: expected one per prompt ({len(ids)}), got {len(categories)}")
+    tallies = {d: Tally() for d in pipes}
+    any_pipe = next(iter(pipes.values()))
+    ctx = int(any_pipe.target.config.max_position_embeddings)
+    cats = {i: c for i, c in enumerate(categories)}
+    for start in range(0, len(ids), batch):
+        chunk = list(range(start, min(start + batch, len(ids))))
+        longest = max(len(ids[i]) for i in chunk)
+        engines, tracers = {}, {}
+        for d, pipe in pipes.items():
+            eng = pipe.engine(max_batch_size=len(chunk), max_seq_len=min(ctx, longest + max_new_tokens + 1))
+            for i in chunk:
+                eng.add_request(i, ids[i], pipe.params(max_new_tokens=max_new_tokens))
+            engines[d] = eng
+            tracers[d] = _Tracer(d, batch, cats, tallies[d])
+            tracers[d].record(eng.step(), None)  # prefill + first step: untimed
+        while True:
+            live = [d for d, e in engines.items() if e.has_work()]
+            if not live:
+                break
+            for d in live:
+                t0 = now()
+                outs = engines[d].step()
+                tracers[d].record(outs, now() - t0)
+    return tallies
