@@ -164,12 +164,27 @@ def test_run_sweep_end_to_end_on_tiny_pair(pair, tmp_path):
     cal = _table(tmp_path / "cal.json", 0.001)
     prompts = load_prompts("builtin", categories=["coding"], limit_per_category=2)
     res = run_sweep(target, draft, prompts, SweepConfig(draft_lens=(0, 2), batch_sizes=(1, 2), repeats=1,
-                                                        max_new_tokens=4),
+                                                        max_new_tokens=12),
                     out_dir=tmp_path / "out", calibration=cal)
     assert res["planner_available"] and set(res["planner_rows"]) == {"1", "2"}
-    assert len(res["points"]) == 4 and all(p["tokens_per_s"] > 0 for p in res["points"])
+    assert len(res["points"]) == 4 and all(p["tokens_per_s"] > 0 and p["steady_steps"] > 0 for p in res["points"])
+    assert all(p["mean_al"] == 1.0 for p in res["points"] if p["draft_len"] == 0)
+    reached = res["counts"]["2"]["reached"]
+    assert 0 < len(reached) <= 2 and json.loads((tmp_path / "out" / "acceptance.json").read_text())["counts"][
+        "reached"] == reached
+    assert len(res["detail"].splitlines()) == 2 + 4
     assert json.loads((tmp_path / "out" / "sweep.json").read_text())["table"] == res["table"]
     assert M.load_profile(tmp_path / "out" / "acceptance.json")["draft_len"] == 2
     for v in res["verdicts"]:
         d, r = v["choices"]["planner"], v["ratios"]["planner"]
         assert 0 <= d <= 2 and ((r is None) == (d == 1)) and (r is None or 0 < r <= 1.0)
+
+
+def test_sweep_needs_prompts_to_fill_the_largest_batch(pair, tmp_path):
+    from trtspec.bench.datasets import load_prompts
+
+    target, draft = pair
+    prompts = load_prompts("builtin", categories=["coding"], limit_per_category=2)
+    with pytest.raises(ValueError, match=f"{len(prompts)} prompts x rounds cannot fill batch size 8"):
+        run_sweep(target, draft, prompts, SweepConfig(draft_lens=(0, 1), batch_sizes=(1, 8), repeats=1),
+                  out_dir=tmp_path / "out", calibration=_table(tmp_path / "cal.json", 0.001))

@@ -7,7 +7,8 @@ Two methods:
   (or the batch's ``batch_contexts`` entry) random prompt tokens, one engine per D = ``tokens - 1``
   sharing the loaded models. For each timed step (all B requests running and drafting the full D,
   after warm-up steps; an engine whose requests near their token budget is rebuilt untimed; the
-  grid's points take turns, one step each) the engine's draft time ``dd`` and the step's time are read. The draft time is fitted over the measured D >= 1 as ``dd = c + D * t``:
+  grid's points take turns, one step each) the engine's draft time ``dd`` and the step's time
+  are read. The draft time is fitted over the measured D >= 1 as ``dd = c + D * t``:
   ``draft[B]["1"] = t`` (one draft token) and ``target[B][D+1] = median(wall - dd) + c`` (the
   verification forward, acceptance, KV moves and the drafter's per-step fixed cost, i.e. everything
   per step that is not proportional to D). This is what the runtime pays, so the planner's
@@ -18,13 +19,13 @@ Two methods:
   (``tokens = 1`` is one autoregressive draft token). No runtime overhead is included.
 
 Each point: ``warmup`` untimed calls (steps), then ``repeats`` timed ones (for ``forward``
-round-robin over the grid), the **median** in seconds (CUDA is synchronised around each call).
+round-robin over the grid, as for ``engine``), the **median** in seconds (CUDA is synchronised around each call).
 
 Format (``trtspec.cost_table/v1``, read by ``trtspec plan --calibration``)::
 
     {"format": "trtspec.cost_table/v1", "device": "cpu (...)",
      "target": {"<B>": {"<tokens_per_request>": seconds}}, "draft": {...}, "source": "...",
-     "context_len": int, "dtype": str, "warmup": int, "repeats": int}
+     "context_len": int, "batch_contexts": {"<B>": int}, "dtype": str, "warmup": int, "repeats": int}
 """
 from __future__ import annotations
 
@@ -287,7 +288,7 @@ def load_cost_table(path: str | Path) -> CostTable:
 class _EngineCell:
     """Engine steps at one (B, D) on random prompts of ``context`` tokens (no stop tokens).
 
-    :meth:`timed_step` returns (step seconds - drafter seconds, drafter seconds) of one step with all
+    :meth:`step` returns (step seconds - drafter seconds, drafter seconds) of one step with all
     B requests drafting the full D; before a step that some request's token budget would cap, the
     engine is rebuilt with fresh prompts (prefill step untimed)."""
 
