@@ -235,16 +235,17 @@ class Eagle3Head(nn.Module):
         p = self.lm_head.weight
         return KVCache(1, rows, c.num_key_value_heads, slots, c.head_dim, device=p.device, dtype=p.dtype)
 
-    def forward(self, embeds, g, positions, cache, rows, write_idx, mask):
+    def forward(self, embeds, g, positions, cache, rows, write_idx, mask, draft_vocab: bool = False):
         """embeds, g: ``[B, T, E]``; the rest as :meth:`Transformer.forward`.
         Returns (g_next ``[B, T, E]`` pre-norm, logits float32 ``[B, T, V]`` over the target vocabulary,
-        ``-inf`` on ids the draft vocabulary cannot produce)."""
+        ``-inf`` on ids the draft vocabulary cannot produce; ``[B, T, V_draft]`` with ``draft_vocab=True``)."""
         layer = self.layers[0]
         cos, sin = rope_cos_sin(positions, self.inv_freq, g.dtype, self.config.layer.rope.attention_scale())
         a = torch.cat((layer.input_layernorm(embeds), layer.hidden_norm(g)), dim=-1)
         h = g + layer.self_attn(a, cos, sin, cache, rows, write_idx, mask)
         h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return h, self.target_logits(self.lm_head(self.norm(h)).float())
+        logits = self.lm_head(self.norm(h)).float()
+        return h, logits if draft_vocab else self.target_logits(logits)
 
     def target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
         """Scatter ``[..., V_draft]`` logits to the target vocabulary ``[..., V]`` through d2t."""

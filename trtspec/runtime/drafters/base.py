@@ -100,8 +100,17 @@ class TreeDrafter(Drafter):
         raise NotImplementedError
 
     def forward_nodes(self, rows, tokens, parent_state, positions, write_idx, mask):
-        """-> (logits float32 ``[B, M, V]``, state ``[B, M, ...]`` or None)."""
+        """-> (logits float32 ``[B, M, V']``, state ``[B, M, ...]`` or None). ``V'`` is the drafter's own
+        vocabulary: :meth:`full_logits` maps it to the target's, :meth:`token_ids` maps its argmax ids."""
         raise NotImplementedError
+
+    def full_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits over the target vocabulary from the drafter's (identity unless the draft vocabulary is reduced)."""
+        return logits
+
+    def token_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Target token ids of drafter vocabulary ids (identity unless the draft vocabulary is reduced)."""
+        return ids
 
     def cache_slots(self) -> int:
         raise NotImplementedError
@@ -121,7 +130,8 @@ class TreeDrafter(Drafter):
         rows = torch.tensor([r.row for r in reqs], device=device)
         if K == 1 and not mode.sample:
             return self._greedy_chain(reqs, rows, roots, depths)
-        logits, state, base = self.catch_up(reqs)                     # [B, V], [B, E] | None, [B]
+        logits, state, base = self.catch_up(reqs)                     # [B, V'], [B, E] | None, [B]
+        logits = self.full_logits(logits)                              # [B, V]
         B, V = logits.shape
         N = tree_size(K, L)
         tokens = torch.zeros(B, N, dtype=torch.int64, device=device)
@@ -163,6 +173,7 @@ class TreeDrafter(Drafter):
                 break
             pick = torch.topk(score[:, new], min(K, F_ * K), dim=-1).indices + new[0]   # [B, K] next frontier
             level_logits, st = self._feed(rows, base, tokens, depth, anc, states, parents, pick, n)
+            level_logits = self.full_logits(level_logits)
             if states is not None:
                 states[b_idx, pick] = st
             frontier = pick
@@ -181,7 +192,7 @@ class TreeDrafter(Drafter):
         logits, state, base = self.catch_up(reqs)                     # [B, V], [B, E] | None, [B]
         tokens = torch.empty(B, L + 1, dtype=torch.int64, device=device)
         tokens[:, 0] = roots
-        tokens[:, 1] = logits.argmax(-1)
+        tokens[:, 1] = self.token_ids(logits.argmax(-1))
         if L > 1:
             slot = base[:, None].clone()                                   # [B, 1]
             width = int(base.max()) + 1                                    # S' of node n: width + n
@@ -192,7 +203,7 @@ class TreeDrafter(Drafter):
                 logits, state = self.forward_nodes(rows, tokens[:, n:n + 1], None if state is None else state[:, None],
                                                    slot, slot, mask)
                 state = None if state is None else state[:, 0]
-                tokens[:, n + 1] = logits[:, 0].argmax(-1)
+                tokens[:, n + 1] = self.token_ids(logits[:, 0].argmax(-1))
         self.chain_fed(reqs, L - 1)
         node = torch.arange(L + 1, device=device)
         num_nodes = torch.tensor(depths, device=device) + 1

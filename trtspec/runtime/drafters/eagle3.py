@@ -25,6 +25,8 @@ class Eagle3Drafter(TreeDrafter):
         self.cache = None
         self.seen: dict[int, int] = {}                                   # row -> entries in the cache
         self.pending: dict[int, tuple[torch.Tensor, list[int]]] = {}     # row -> (g [M, E], tokens [M])
+        self.reduced = head.config.draft_vocab_size < head.config.layer.vocab_size
+        self.ids = torch.arange(head.config.draft_vocab_size, device=self.device) + head.d2t   # draft id -> target id
 
     def reserve(self, rows, slots):
         self.cache = self.head.new_cache(rows, slots)
@@ -77,7 +79,8 @@ class Eagle3Drafter(TreeDrafter):
             tokens[i, : len(pt)] = torch.tensor(pt, dtype=torch.int64, device=self.device)
         positions, write_idx, mask = masks.chain_block(lens, counts, T, self.cache.slots)
         rows = torch.tensor([r.row for r in reqs], device=self.device)
-        g_out, logits = self.head(self.target.embed(tokens), g, positions, self.cache, rows, write_idx, mask)
+        g_out, logits = self.head(self.target.embed(tokens), g, positions, self.cache, rows, write_idx, mask,
+                                  draft_vocab=True)
         last = (counts - 1).clamp(min=0)
         b = torch.arange(B, device=self.device)
         for r in reqs:
@@ -86,5 +89,12 @@ class Eagle3Drafter(TreeDrafter):
         return logits[b, last], g_out[b, last], lens + counts - 1
 
     def forward_nodes(self, rows, tokens, parent_state, positions, write_idx, mask):
-        g_out, logits = self.head(self.target.embed(tokens), parent_state, positions, self.cache, rows, write_idx, mask)
+        g_out, logits = self.head(self.target.embed(tokens), parent_state, positions, self.cache, rows, write_idx, mask,
+                                  draft_vocab=True)
         return logits, g_out
+
+    def full_logits(self, logits):
+        return self.head.target_logits(logits)
+
+    def token_ids(self, ids):
+        return self.ids[ids] if self.reduced else ids
