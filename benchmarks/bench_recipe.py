@@ -72,13 +72,15 @@ def main(argv=None) -> int:
     print("predicted (planner's cost model with the profile and the acceptance) vs measured, steady state:")
     print(res["detail"])
     print(res["table"])
+    fmt = lambda r: "n/a" if r is None else f"{r:.3f}"  # noqa: E731
     for v in res["verdicts"]:
-        r = v["ratios"]["planner"]
-        ok = "n/a" if r is None else ("ok" if r >= TARGET_RATIO else "below goal")
-        print(f"B={v['batch']}: planner D={v['choices']['planner']} vs best D={v['best_d']}: ratio "
-              f"{'n/a' if r is None else f'{r:.3f}'} ({ok}); fixed D=3 {v['ratios']['fixed3']}; "
-              f"AUTO D={v['choices']['auto']} {v['ratios']['auto']}")
-    print(f"wall {res['wall_s']:.0f} s (sweep {res['sweep_s']:.0f} s, profile {res['profile_s']:.0f} s); results in {args.out}/sweep.json")
+        r, cb = v["ratios"], v["cb_ratios"]
+        ok = "n/a" if r["planner"] is None else ("ok" if r["planner"] >= TARGET_RATIO else "below goal")
+        print(f"B={v['batch']}: planner D={v['choices']['planner']} vs best D={v['best_d']}: ratio {fmt(r['planner'])} "
+              f"({ok}); fixed D=3 {fmt(r['fixed3'])}; AUTO D={v['choices']['auto']} {fmt(r['auto'])}  "
+              f"[cb composition: planner {fmt(cb['planner'])}, fixed D=3 {fmt(cb['fixed3'])}, AUTO {fmt(cb['auto'])}]")
+    print(f"wall {res['wall_s']:.0f} s (sweep {res['sweep_s']:.0f} s, profile {res['profile_s']:.0f} s); "
+          f"results in {args.out}/sweep.json")
     return 0
 
 

@@ -81,6 +81,7 @@ def test_tracer_counts_only_full_batches_with_full_drafts_as_steady():
     assert t.all_tokens == 5 + 3 + 3 and t.total_tokens == 3 + 11 and t.all_s == pytest.approx(0.875)
     assert t.positions.reached == [7, 4] and t.positions.accepted == [5, 2]
     assert t.by_category["b"].reached == [4, 2]
+    assert (t.full_request_steps, t.full_accepted, t.full_al) == (6, 6, 2.0)  # every step with 2 drafts
 
 
 def test_paired_pass_matches_plain_generation_and_shares_models(tmp_path):
@@ -164,14 +165,16 @@ def test_format_detail_puts_prediction_next_to_measurement():
         def draft_step_time(self, b, w):
             return 0.002
 
-    pts = [Point(1, 0, 100, 1.0, 90.0, 1.0, 0.011), Point(1, 2, 100, 1.0, 120.0, 1.7, 0.017)]
+    pts = [Point(1, 0, 100, 1.0, 90.0, 1.0, 0.011, 10, 90.0, 1.0, 1 / 0.011),
+           Point(1, 2, 100, 1.0, 120.0, 1.7, 0.017, 10, 110.0, 1.6, 1.6 / 0.017)]
     (v,) = compare(pts, [0.5, 0.5], Cost(), None)
+    assert v.cb_ratios["model"] == 1.0 and v.cb_ratios["fixed3"] is None
     assert v.predicted_step_s == pytest.approx({0: 0.011, 2: 0.017})
     assert v.predicted_al == pytest.approx({0: 1.0, 2: 1.75})
     assert v.predicted_tokens_per_s[2] == pytest.approx(1.75 / 0.017)
     rows = format_detail([v], pts).splitlines()
-    assert rows[3].split() == ["1", "2", "|", "17.00", "17.00", "1.00", "|", "1.70", "1.75", "|", "120.0", "102.9",
-                               "0.86"]
+    assert rows[3].split() == ["1", "2", "|", "17.00", "17.00", "1.00", "|", "1.70", "1.75", "1.60", "|", "120.0",
+                               "102.9", "0.86", "|", "94.1"]
 
 
 def test_engine_profile_cell_rebuilds_before_the_budget_caps_drafts(tmp_path):

@@ -71,7 +71,8 @@ class PositionCounts:
 class Tally:
     """One (B, D) over one pass of the prompts. ``steady_*``: steady steps (see module docstring):
     engine steps, request-steps, drafts accepted, tokens emitted, seconds; ``all_tokens`` /
-    ``all_s``: every step after each batch's first; ``total_tokens``: every token emitted; ``positions``: acceptance counts over every
+    ``all_s``: every step after each batch's first; ``total_tokens``: every token emitted; ``full_request_steps`` / ``full_accepted``: every
+    request-step (first ones and the drain included) that drafted the full D, and its accepted drafts; ``positions``: acceptance counts over every
     step (first ones included); ``by_category``: the same per prompt category."""
 
     steady_steps: int = 0
@@ -82,6 +83,8 @@ class Tally:
     all_tokens: int = 0
     all_s: float = 0.0
     total_tokens: int = 0
+    full_request_steps: int = 0
+    full_accepted: int = 0
     positions: PositionCounts = field(default_factory=PositionCounts)
     by_category: dict = field(default_factory=dict)
 
@@ -97,6 +100,12 @@ class Tally:
     def steady_al(self) -> float:
         """Mean AL (bonus included) over the steady request-steps (1.0 without any)."""
         return 1.0 + self.steady_accepted / self.steady_request_steps if self.steady_request_steps else 1.0
+
+    @property
+    def full_al(self) -> float:
+        """Mean AL over every request-step that drafted the full D (whole requests, not only the
+        steady window; 1.0 without any)."""
+        return 1.0 + self.full_accepted / self.full_request_steps if self.full_request_steps else 1.0
 
     @property
     def steady_step_s(self) -> float:
@@ -124,6 +133,9 @@ class _Tracer:
             t.positions.add(dn, da)
             t.by_category.setdefault(self.categories[o.request_id], PositionCounts()).add(dn, da)
             steady = steady and dn == self.d
+            if dn == self.d:
+                t.full_request_steps += 1
+                t.full_accepted += da
             accepted += da
             emitted += len(o.new_token_ids)
         t.total_tokens += emitted

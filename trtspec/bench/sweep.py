@@ -84,8 +84,11 @@ class SweepConfig:
 class Point:
     """One measured (B, D) in steady state (see ``trtspec.bench.steps``): ``output_tokens`` and
     ``wall_s`` summed over repeats, median ``tokens_per_s`` and ``step_s`` (seconds per engine step),
-    ``mean_al`` over the steady request-steps, ``steady_steps`` engine steps in all, and
-    ``all_tokens_per_s``: median over every step after each batch's first (the batch draining)."""
+    ``mean_al`` over the steady request-steps, ``steady_steps`` engine steps in all,
+    ``all_tokens_per_s``: median over every step after each batch's first (the batch draining),
+    ``full_al``: AL over every request-step with the full D (whole requests: the steady window at
+    B > 1 covers only their early tokens), and ``cb_tokens_per_s`` = B * full_al / step_s, the
+    continuous-batching rate these measured parts compose to (a cross-check, not the verdict)."""
 
     batch: int
     draft_len: int
@@ -96,6 +99,8 @@ class Point:
     step_s: float = 0.0
     steady_steps: int = 0
     all_tokens_per_s: float = 0.0
+    full_al: float = 0.0
+    cb_tokens_per_s: float = 0.0
 
 
 @dataclass
@@ -108,6 +113,7 @@ class BatchVerdict:
     predicted_tokens_per_s: dict[int, float] = field(default_factory=dict)  # model estimate per D
     predicted_step_s: dict[int, float] = field(default_factory=dict)        # model step time per D
     predicted_al: dict[int, float] = field(default_factory=dict)            # E[AL](D) from the rates
+    cb_ratios: dict[str, float | None] = field(default_factory=dict)       # the same on cb_tokens_per_s
 
 
 def encode_prompts(runner: LocalRunner, prompts: Sequence[Prompt], max_new_tokens: int) -> list[list[int]]:
@@ -154,8 +160,11 @@ def measure_grid(runner: LocalRunner, prompts: Sequence[Prompt], cfg: SweepConfi
         step = statistics.median(t.steady_step_s for t in steady) if steady else 0.0
         req_steps = sum(t.steady_request_steps for t in ts)
         al = 1.0 + sum(t.steady_accepted for t in ts) / req_steps if req_steps else 1.0
+        full_steps = sum(t.full_request_steps for t in ts)
+        full_al = 1.0 + sum(t.full_accepted for t in ts) / full_steps if full_steps else 1.0
         points.append(Point(b, d, sum(t.steady_tokens for t in ts), sum(t.steady_s for t in ts), tps, al, step,
-                            sum(t.steady_steps for t in ts), statistics.median(t.all_tokens_per_s for t in ts)))
+                            sum(t.steady_steps for t in ts), statistics.median(t.all_tokens_per_s for t in ts),
+                            full_al, b * full_al / step if step else 0.0))
     b0 = min(cfg.batch_sizes)
     counts = {d: runs[b0, d][0].positions for d in cfg.draft_lens}
     by_cat = {d: runs[b0, d][0].by_category for d in cfg.draft_lens}
@@ -221,16 +230,22 @@ def compare(points: Sequence[Point], rates: Sequence[float], cost: Any, planner:
         }
         ratios = {k: (by_d[d] / by_d[best_d] if d in by_d else None) if d is not None else None
                   for k, d in choices.items()}
+        cb = {p.draft_len: p.cb_tokens_per_s for p in points if p.batch == b}
+        top = max(cb.values())
+        cb_ratios = {k: (cb[d] / top if d in cb and top > 0 else None) if d is not None else None
+                     for k, d in choices.items()}
         out.append(BatchVerdict(b, best_d, by_d[best_d], choices, ratios, est,
-                                {d: model_step(cost, b, d) for d in by_d}, {d: model_al(rates, d) for d in by_d}))
+                                {d: model_step(cost, b, d) for d in by_d}, {d: model_al(rates, d) for d in by_d},
+                                cb_ratios))
     return out
 
 
 def format_detail(verdicts: Sequence[BatchVerdict], points: Sequence[Point]) -> str:
-    """Predicted versus measured per (B, D): step time (ms), E[AL], tokens/s and their ratios."""
+    """Predicted versus measured per (B, D): step time (ms), E[AL] (steady window, predicted, whole
+    requests), tokens/s and their ratios, and the continuous-batching composition ``cb tok/s``."""
     meas = {(p.batch, p.draft_len): p for p in points}
-    head = (f"{'B':>4} {'D':>2} | {'step ms':>7} {'pred':>7} {'p/m':>5} | {'AL':>5} {'pred':>5} | "
-            f"{'tok/s':>8} {'pred':>8} {'p/m':>5}")
+    head = (f"{'B':>4} {'D':>2} | {'step ms':>7} {'pred':>7} {'p/m':>5} | {'AL':>5} {'pred':>5} {'whole':>5} | "
+            f"{'tok/s':>8} {'pred':>8} {'p/m':>5} | {'cb tok/s':>8}")
     lines = [head, "-" * len(head)]
     for v in verdicts:
         for d in sorted(v.predicted_tokens_per_s):
@@ -238,7 +253,8 @@ def format_detail(verdicts: Sequence[BatchVerdict], points: Sequence[Point]) -> 
             ps, pa, pt = v.predicted_step_s[d], v.predicted_al[d], v.predicted_tokens_per_s[d]
             ms = p.step_s * 1e3
             lines.append(f"{v.batch:>4} {d:>2} | {ms:7.2f} {ps * 1e3:7.2f} {ps * 1e3 / ms if ms else 0:5.2f} | "
-                         f"{p.mean_al:5.2f} {pa:5.2f} | {p.tokens_per_s:8.1f} {pt:8.1f} {pt / p.tokens_per_s:5.2f}")
+                         f"{p.mean_al:5.2f} {pa:5.2f} {p.full_al:5.2f} | {p.tokens_per_s:8.1f} {pt:8.1f} "
+                         f"{pt / p.tokens_per_s:5.2f} | {p.cb_tokens_per_s:8.1f}")
     return "\n".join(lines)
 
 
