@@ -44,15 +44,16 @@ def demo_options(opts: BuildOptions) -> BuildOptions:
     """Fill target/draft/acceptance from the demo pair (``trtspec.zoo.demo_paths()``) when no target is given."""
     if opts.target is not None:
         return opts
-    if opts.drafter != "draft_model":
-        raise ValueError("--target is required unless building the demo pair (--drafter draft_model)")
+    if opts.drafter not in ("draft_model", "eagle3"):
+        raise ValueError("--target is required unless building the demo pair (--drafter draft_model or eagle3)")
     try:
-        from trtspec.zoo import demo_paths
-        target, draft = demo_paths()
+        from trtspec.zoo import demo_acceptance_path, demo_draft, demo_paths
+        target, _ = demo_paths()
+        draft = opts.draft if opts.draft is not None else demo_draft(opts.drafter)
+        acc = demo_acceptance_path(opts.drafter)
     except (ImportError, FileNotFoundError) as e:
         raise ValueError(f"--target not given and the demo pair is not available ({e})") from None
     update: dict[str, Any] = {"target": Path(target), "draft": Path(draft)}
-    acc = Path(target).parent / "acceptance.json"
     if opts.acceptance is None and acc.is_file():
         update["acceptance"] = str(acc)
     return opts.model_copy(update=update)

@@ -89,6 +89,13 @@ def generate(prompts, target, draft, drafter, draft_len, tree, schedule, verify,
         target, demo_draft = _default_pair()
         if draft is None and drafter == "draft_model":
             draft = demo_draft
+        elif draft is None and drafter == "eagle3":
+            from trtspec.zoo import demo_draft as demo_drafter
+
+            try:
+                draft = demo_drafter("eagle3")
+            except FileNotFoundError as e:
+                raise click.UsageError(f"--drafter eagle3 without --draft: {e}") from None
     if verify is None:
         verify = "greedy" if temperature == 0 else "sample"
     try:

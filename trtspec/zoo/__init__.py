@@ -1,7 +1,8 @@
 """The demo target/draft pair that trtspec trains on the Python standard library and ships.
 
-``demo_paths()`` gives the two Hugging Face directories; ``python -m trtspec.zoo.train`` retrains
-them (see ``MODEL_CARD.md`` next to this file for data, sizes and measured acceptance).
+``demo_paths()`` gives the two Hugging Face directories, ``demo_draft("eagle3")`` the EAGLE-3 head
+trained for the target; ``python -m trtspec.zoo.train`` retrains all three (see ``MODEL_CARD.md`` next
+to this file for data, sizes and measured acceptance).
 """
 from __future__ import annotations
 
@@ -24,12 +25,32 @@ def demo_paths() -> tuple[Path, Path]:
     return target, draft
 
 
-def demo_acceptance_path() -> Path:
-    """Acceptance profile (``trtspec.acceptance/v1`` JSON) measured for the demo pair."""
-    path = DEMO_DIR / "acceptance.json"
+def demo_draft(drafter: str = "draft_model") -> Path | None:
+    """The demo drafter for ``drafter``: ``draft_model`` -> the draft LM, ``eagle3`` -> the EAGLE-3 head
+    trained for the demo target (``python -m trtspec.zoo.eagle3``), ``ngram`` -> None (no weights).
+
+    Raises FileNotFoundError when that drafter is not installed, ValueError for other drafters.
+    """
+    if drafter == "ngram":
+        return None
+    if drafter == "draft_model":
+        return demo_paths()[1]
+    if drafter == "eagle3":
+        path = DEMO_DIR / "eagle3"
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"demo EAGLE-3 head missing: {path} has no config.json "
+                                    "(retrain: python -m trtspec.zoo.eagle3)")
+        return path
+    raise ValueError(f"drafter={drafter!r}: the demo pair ships draft_model, eagle3 and ngram drafters")
+
+
+def demo_acceptance_path(drafter: str = "draft_model") -> Path:
+    """Acceptance profile (``trtspec.acceptance/v1`` JSON) measured for the demo target with ``drafter``
+    (``draft_model``: ``demo/acceptance.json``; ``eagle3``: ``demo/eagle3/acceptance.json``)."""
+    path = DEMO_DIR / ("eagle3" if drafter == "eagle3" else "") / "acceptance.json"
     if not path.is_file():
         raise FileNotFoundError(f"demo acceptance profile missing: {path}")
     return path
 
 
-__all__ = ["demo_paths", "demo_acceptance_path", "DEMO_DIR", "MODEL_CARD", "ZOO_DIR"]
+__all__ = ["demo_paths", "demo_draft", "demo_acceptance_path", "DEMO_DIR", "MODEL_CARD", "ZOO_DIR"]

@@ -149,6 +149,7 @@ def write_model_card(demo_dir: Path, card: Path) -> None:
         f"measured at D={acc['draft_len']}): `{rel}/acceptance.json`, conditional rates "
         f"{', '.join(f'{r:.3f}' for r in acc['rates'])}, mean AL {acc['mean_al']:.3f} over {acc['num_steps']} steps.",
         "",
+        *_eagle3_section(demo_dir, rel),
         "## Files (sha256)",
         "| file | bytes | sha256 |",
         "|---|---|---|",
@@ -163,6 +164,48 @@ def write_model_card(demo_dir: Path, card: Path) -> None:
     tmp = card.with_name(card.name + ".tmp")
     tmp.write_text("\n".join(lines))
     tmp.replace(card)
+
+
+def _eagle3_section(demo_dir: Path, rel: str) -> list[str]:
+    """Card lines for the EAGLE-3 head in ``demo_dir/eagle3`` (none when it is absent)."""
+    path = demo_dir / "eagle3" / "measurements.json"
+    if not path.is_file():
+        return []
+    m = json.loads(path.read_text())
+    c, acc = m["config"], m["acceptance"]
+    joint, al = [], [1.0]
+    for r in acc["rates"]:
+        joint.append((joint[-1] if joint else 1.0) * r)
+        al.append(al[-1] + joint[-1])
+    top1 = m.get("final_top1") or []
+    return [
+        "## EAGLE-3 head (`eagle3/`, drafter `eagle3`)",
+        f"Trained for the target above by `python -m trtspec.zoo.eagle3` (seed {c['seed']}) and written in NVIDIA "
+        "Model-Optimizer's export layout (`LlamaForCausalLMEagle3`: `fc`, `layers.0.*` with `hidden_norm`, `norm`, "
+        "`lm_head`, `d2t`), which TensorRT-LLM, vLLM and SGLang load as an Eagle3 draft.",
+        f"- One decoder layer (intermediate {c['intermediate']}), {_fmt_params(m['params'])} parameters, fed by the "
+        f"target's layers {m['aux_layers']} (fused by `fc`); draft vocabulary {m['draft_vocab_size']} tokens = the "
+        f"target's most frequent greedy outputs, covering {m['draft_vocab_coverage']:.1%} of its greedy predictions "
+        "on the training windows.",
+        f"- Data: {m['windows']['selfgen']} windows of the target's own greedy continuations of "
+        f"{c['prompt_tokens']}-token training-corpus prompts plus {m['windows']['corpus']} corpus windows, "
+        f"{m['windows']['seq_len']} tokens each; labels = the target's next-token distribution over the draft "
+        f"vocabulary; training-time test over {c['ttt_steps']} steps (step s weighted {c['loss_decay']}^s).",
+        f"- AdamW lr {c['lr']} (warmup {c['warmup']}, cosine to {c['lr'] * 0.1:g}), {c['steps']} steps of "
+        f"{c['batch_size']} windows ({m['tokens_seen']:,} tokens), {m['wall_s']['train'] / 60:.1f} min; final "
+        "training top-1 agreement with the target per TTT step: " + ", ".join(f"{a:.3f}" for a in top1) + ".",
+        "",
+        f"Acceptance (greedy chain, D={len(acc['rates'])}, the same {acc['num_prompts']} held-out prompts x "
+        f"{acc['new_tokens']} new tokens; greedy match {acc['greedy_match']:.2f}): conditional rates "
+        f"{', '.join(f'{r:.3f}' for r in acc['rates'])}; expected AL by D:",
+        "",
+        "| D | " + " | ".join(str(k) for k in range(1, len(al))) + " |",
+        "|---|" + "---|" * (len(al) - 1),
+        "| AL | " + " | ".join(f"{v:.3f}" for v in al[1:]) + " |",
+        "",
+        f"Profile: `{rel}/eagle3/acceptance.json`.",
+        "",
+    ]
 
 
 def _f(v) -> str:
