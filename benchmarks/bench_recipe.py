@@ -67,8 +67,8 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
-    print(f"clock: {cfg.clock}; device: {res['device']}; mean AL at D={max(cfg.draft_lens)}: {res['mean_al_at_max_d']:.3f}; "
-          f"a_k = {', '.join(f'{a:.2f}' for a in res['rates'])}")
+    print(f"clock: {cfg.clock}; device: {res['device']}; mean AL at D={max(cfg.draft_lens)}: "
+          f"{res['mean_al_at_max_d']:.3f}; a_k = {', '.join(f'{a:.2f}' for a in res['rates'])}")
     print("predicted (planner's cost model with the profile and the acceptance) vs measured, steady state:")
     print(res["detail"])
     print(res["table"])

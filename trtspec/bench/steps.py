@@ -71,9 +71,10 @@ class PositionCounts:
 class Tally:
     """One (B, D) over one pass of the prompts. ``steady_*``: steady steps (see module docstring):
     engine steps, request-steps, drafts accepted, tokens emitted, seconds; ``all_tokens`` /
-    ``all_s``: every step after each batch's first; ``total_tokens``: every token emitted; ``full_request_steps`` / ``full_accepted``: every
-    request-step (first ones and the drain included) that drafted the full D, and its accepted drafts; ``positions``: acceptance counts over every
-    step (first ones included); ``by_category``: the same per prompt category."""
+    ``all_s``: every step after each batch's first; ``total_tokens``: every token emitted;
+    ``full_request_steps`` / ``full_accepted``: every request-step (first ones and the drain
+    included) that drafted the full D, and its accepted drafts; ``positions``: acceptance counts
+    over every step (first ones included); ``by_category``: the same per prompt category."""
 
     steady_steps: int = 0
     steady_request_steps: int = 0

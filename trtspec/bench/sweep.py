@@ -303,7 +303,8 @@ def sweep_acceptance(counts: dict[int, PositionCounts], by_cat: dict[int, dict[s
         return M.summarize_positions(pc.reached[:dmax], pc.accepted[:dmax], draft_len=dmax,
                                      prior_steps=cfg.prior_steps)
 
-    how = (f"censoring-aware per-position counts ({'D=' + str(dmax) if cfg.acceptance == 'max_d' else 'pooled over D=' + ','.join(map(str, use))}), "
+    where = f"D={dmax}" if cfg.acceptance == "max_d" else "pooled over D=" + ",".join(map(str, use))
+    how = (f"censoring-aware per-position counts ({where}), "
            f"a_k shrunk by {cfg.prior_steps:g} pseudo-steps toward the pooled rate")
     return M.AcceptanceProfile(drafter, dmax, summ(total), {c: summ(pc) for c, pc in cats.items()},
                                f"{source}; {how}", extra={"counts": total.to_dict(), "estimator": how})
@@ -337,7 +338,8 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
     t1 = time.perf_counter()
     prof = sweep_acceptance(counts, by_cat, cfg, drafter=drafter,
                             source=f"trtspec bench --sweep: target={target_dir}, draft={draft}, "
-                                   f"{len(prompts) * cfg.rounds} requests x {cfg.max_new_tokens} tokens, greedy, {device}")
+                                   f"{len(prompts) * cfg.rounds} requests x {cfg.max_new_tokens} tokens, greedy, "
+                                   f"{device}")
     acc_path = prof.save(out / "acceptance.json")
     if calibration is None:
         ids = encode_prompts(runner, list(prompts) * cfg.rounds, cfg.max_new_tokens)
