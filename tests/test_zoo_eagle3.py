@@ -98,7 +98,9 @@ def test_smoke_run_exports_a_lossless_head(tmp_path):
     assert res["acceptance"]["greedy_match"] == 1.0
     prof = json.loads((out / "acceptance.json").read_text())
     assert prof["format"] == "trtspec.acceptance/v1" and prof["drafter"] == "eagle3"
-    assert prof["mean_al"] == pytest.approx(1 + sum(prof["joint"]), abs=1e-5)
+    c = prof["counts"]                                # censoring-aware counts: a_k = accepted_k / reached_k
+    assert prof["rates"] == pytest.approx([a / r if r else 0.0 for a, r in zip(c["accepted"], c["reached"])])
+    assert prof["mean_al"] == pytest.approx(1 + sum(c["accepted"]) / c["reached"][0])
     pipe = load_pipeline(target_dir, out, drafter="eagle3", draft_len=2)
     assert pipe.drafter.head.config.draft_vocab_size == cfg["draft_vocab_size"]
 
@@ -106,3 +108,61 @@ def test_smoke_run_exports_a_lossless_head(tmp_path):
 def test_run_rejects_bad_target(tmp_path):
     with pytest.raises(FileNotFoundError, match="--target"):
         E.run(E.Eagle3TrainConfig.smoke(), tmp_path / "nope", tmp_path / "out", log=lambda s: None)
+
+
+# ------------------------------------------------------------------------ the shipped demo head
+
+
+def _expected_al(rates, D):
+    al, joint = 1.0, 1.0
+    for r in rates[:D]:
+        joint *= r
+        al += joint
+    return al
+
+
+def test_shipped_head_profile_is_consistent_and_beats_the_draft_model():
+    from trtspec.zoo import demo_acceptance_path, demo_draft
+
+    head = demo_draft("eagle3")
+    prof = json.loads(demo_acceptance_path("eagle3").read_text())
+    assert prof["format"] == "trtspec.acceptance/v1" and prof["drafter"] == "eagle3"
+    joint = 1.0
+    for r, j in zip(prof["rates"], prof["joint"]):
+        joint *= r
+        assert j == pytest.approx(joint, abs=1e-5)
+    c = prof["counts"]
+    assert prof["rates"] == pytest.approx([a / r if r else 0.0 for a, r in zip(c["accepted"], c["reached"])])
+    meas = json.loads((head / "measurements.json").read_text())
+    assert meas["acceptance"]["greedy_match"] == 1.0
+    draft = json.loads(demo_acceptance_path().read_text())   # draft_model, same held-out prompts
+    for D in (1, 4, 8):
+        assert _expected_al(prof["rates"], D) > _expected_al(draft["rates"], D)
+
+
+def test_shipped_head_decodes_losslessly():
+    from tokenizers import Tokenizer
+
+    from trtspec.runtime import load_pipeline
+    from trtspec.zoo import data, demo_draft, demo_paths
+
+    target, _ = demo_paths()
+    tok = Tokenizer.from_file(str(target / "tokenizer.json"))
+    prompts = data.function_prompts(data.CorpusSplit.build(), tok, 32, 64)[::8]
+    base = load_pipeline(target, draft_len=0)
+    pipe = load_pipeline(target, demo_draft("eagle3"), drafter="eagle3", draft_len=6)
+    assert pipe.drafter.head.config.draft_vocab_size < pipe.target.config.vocab_size     # d2t in use
+    got = [o for o, _ in pipe.generate_ids(prompts, max_new_tokens=32)]
+    assert got == [o for o, _ in base.generate_ids(prompts, max_new_tokens=32)]
+    assert pipe.last_stats.mean_al > 2.0
+
+
+def test_demo_build_options_pick_the_head_and_its_profile(tmp_path):
+    from trtspec.builder.options import BuildOptions
+    from trtspec.builder.pipeline import demo_options
+    from trtspec.zoo import demo_acceptance_path, demo_draft
+
+    opts = demo_options(BuildOptions(drafter="eagle3", out=tmp_path / "b", cache_dir=tmp_path / "c"))
+    assert opts.draft == demo_draft("eagle3") and opts.acceptance == str(demo_acceptance_path("eagle3"))
+    with pytest.raises(ValueError, match="--target is required unless building the demo pair"):
+        demo_options(BuildOptions(drafter="ngram", out=tmp_path / "b", cache_dir=tmp_path / "c"))

@@ -298,35 +298,48 @@ def save_head(head, config: dict, out_dir: Path, dtype: str) -> None:
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
-def profile_from_counts(drafts: int, accepted_per_pos: list[int], draft_len: int, source: str) -> dict:
-    """``trtspec.acceptance/v1`` (drafter eagle3) from the runtime's counters: ``joint[k-1]`` = steps that
-    accepted depth k / steps that drafted; ``rates[k-1] = joint[k-1] / joint[k-2]``."""
-    if drafts < 1:
-        raise ValueError("drafts: no verification step drafted anything")
-    acc = list(accepted_per_pos) + [0] * (draft_len - len(accepted_per_pos))
-    joint = [acc[k] / drafts for k in range(draft_len)]
-    rates = [joint[0]] + [joint[k] / joint[k - 1] if joint[k - 1] else 0.0 for k in range(1, draft_len)]
-    mean_al = 1 + sum(joint)
-    r6 = lambda xs: [round(x, 6) for x in xs]  # noqa: E731
-    return {"format": "trtspec.acceptance/v1", "drafter": "eagle3", "draft_len": draft_len, "rates": r6(rates),
-            "joint": r6(joint), "mean_al": round(mean_al, 6), "num_steps": drafts,
-            "per_category": {"coding": {"rates": r6(rates), "mean_al": round(mean_al, 6)}}, "source": source}
+def acceptance_profile(counts, draft_len: int, source: str) -> dict:
+    """``trtspec.acceptance/v1`` (drafter eagle3) from censoring-aware per-position counts
+    (:class:`trtspec.bench.steps.PositionCounts`: a step whose chain was capped below k by the token
+    budget does not count against position k); the counts go into the profile."""
+    from trtspec.bench import metrics as M
+
+    if not counts.reached or counts.reached[0] < 1:
+        raise ValueError("counts: no verification step drafted anything")
+    s = M.summarize_positions(counts.reached[:draft_len], counts.accepted[:draft_len], draft_len=draft_len)
+    return M.AcceptanceProfile("eagle3", draft_len, s, {"coding": s}, source,
+                               extra={"counts": counts.to_dict()}).to_dict()
 
 
 def measure_head(target_dir: Path, head_dir: Path, prompts: list[list[int]], cfg: Eagle3TrainConfig, log) -> dict:
-    """Greedy chain decoding with the runtime at D = max_draft_len: acceptance counters, and whether every
-    output equals target-only greedy decoding."""
+    """Greedy chain decoding with the runtime's engine at D = max_draft_len, all prompts in one batch:
+    per-step (drafted, accepted) counts per request, and whether every output equals target-only
+    greedy decoding."""
+    from trtspec.bench.steps import PositionCounts
     from trtspec.runtime import load_pipeline
 
     base = load_pipeline(target_dir, draft_len=0)
     ref = [o for o, _ in base.generate_ids(prompts, max_new_tokens=cfg.new_tokens)]
     pipe = load_pipeline(target_dir, head_dir, drafter="eagle3", draft_len=cfg.max_draft_len)
-    got = [o for o, _ in pipe.generate_ids(prompts, max_new_tokens=cfg.new_tokens)]
-    st = pipe.last_stats
-    match = sum(a == b for a, b in zip(got, ref)) / len(prompts)
-    log(f"[eagle3] D={cfg.max_draft_len}: AL {st.mean_al:.3f}, accepted per position {st.accepted_per_pos}, "
-        f"drafts {st.drafts}, outputs equal to target greedy: {match:.0%}")
-    return {"drafts": st.drafts, "accepted_per_pos": list(st.accepted_per_pos), "greedy_match": match}
+    eng = pipe.engine(max_batch_size=len(prompts))
+    for i, ids in enumerate(prompts):
+        eng.add_request(i, ids, pipe.params(max_new_tokens=cfg.new_tokens))
+    got = {i: [] for i in range(len(prompts))}
+    seen = {i: (0, 0) for i in range(len(prompts))}
+    counts = PositionCounts()
+    while eng.has_work():
+        for o in eng.step():
+            got[o.request_id] += o.new_token_ids
+            d0, a0 = seen[o.request_id]
+            drafted, accepted = o.stats.draft_tokens - d0, o.stats.accepted_tokens - a0
+            seen[o.request_id] = (o.stats.draft_tokens, o.stats.accepted_tokens)
+            if drafted:
+                counts.add(drafted, accepted)
+    match = sum(got[i] == ref[i] for i in range(len(prompts))) / len(prompts)
+    al = 1 + sum(counts.accepted) / max(1, counts.reached[0] if counts.reached else 0)
+    log(f"[eagle3] D={cfg.max_draft_len}: AL {al:.3f}, per position reached {counts.reached} accepted "
+        f"{counts.accepted}, outputs equal to target greedy: {match:.0%}")
+    return {"counts": counts, "greedy_match": match}
 
 
 def run(cfg: Eagle3TrainConfig, target_dir: Path, out: Path, log=print) -> dict:
@@ -405,8 +418,8 @@ def run(cfg: Eagle3TrainConfig, target_dir: Path, out: Path, log=print) -> dict:
 
     eval_prompts = data.function_prompts(split, tok, cfg.num_prompts, cfg.eval_prompt_tokens)
     meas = measure_head(target_dir, partial, eval_prompts, cfg, log)
-    profile = profile_from_counts(
-        meas["drafts"], meas["accepted_per_pos"], cfg.max_draft_len,
+    profile = acceptance_profile(
+        meas["counts"], cfg.max_draft_len,
         source=(f"trtspec.zoo.eagle3: greedy chain speculative decoding, {target_dir.name} target + this EAGLE-3 "
                 f"head, {cfg.num_prompts} held-out stdlib function prompts x {cfg.new_tokens} new tokens, "
                 f"D={cfg.max_draft_len}, fp32 on CPU, Python {split.python}"))
@@ -417,7 +430,7 @@ def run(cfg: Eagle3TrainConfig, target_dir: Path, out: Path, log=print) -> dict:
         "windows": {"selfgen": cfg.selfgen, "corpus": cfg.corpus, "seq_len": cfg.seq_len},
         "tokens_seen": cfg.steps * cfg.batch_size * cfg.seq_len,
         "history": history, "final_top1": history[-1]["top1"] if history else None,
-        "acceptance": {"rates": profile["rates"], "mean_al_at_max_draft_len": profile["mean_al"],
+        "acceptance": {"rates": profile["rates"], "measured_al_at_max_draft_len": profile["mean_al"],
                        "greedy_match": meas["greedy_match"], "num_prompts": cfg.num_prompts,
                        "new_tokens": cfg.new_tokens},
         "wall_s": {"train": train_s, "total": time.perf_counter() - t_start},
