@@ -219,3 +219,22 @@ def test_bench_and_profile_default_to_the_demo_pair(tmp_path):
                                     "--out", str(tmp_path / "cost_table.json")])
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "cost_table.json").read_text())["format"] == "trtspec.cost_table/v1"
+
+
+def test_bench_eagle3_defaults_to_the_demo_head(tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+    from trtspec.zoo import demo_draft
+
+    try:
+        head = demo_draft("eagle3")
+    except FileNotFoundError as e:
+        pytest.skip(f"demo EAGLE-3 head not installed: {e}")
+    res = CliRunner().invoke(main, ["bench", "--drafter", "eagle3", "--draft-len", "3", "--category", "coding",
+                                    "--limit-per-category", "2", "--code-prompts", "0", "--single-turn",
+                                    "--max-new-tokens", "8", "--out", str(tmp_path / "b"), "--no-plots", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["meta"]["draft"] == str(head) and data["meta"]["drafter"] == "eagle3"
+    assert json.loads((tmp_path / "b" / "acceptance.json").read_text())["drafter"] == "eagle3"

@@ -108,13 +108,13 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
 
     local = not server and not triton
     if local and target is None:
-        from trtspec.zoo import demo_paths
+        from trtspec.zoo import demo_draft, demo_paths
 
         try:
-            target, demo_draft = demo_paths()
-        except FileNotFoundError as e:
+            target, _ = demo_paths()
+            draft = draft if draft is not None else demo_draft(drafter)
+        except (FileNotFoundError, ValueError) as e:
             raise click.UsageError(f"--target not given and {e}") from None
-        draft = draft if draft is not None else demo_draft
 
     if sweep_draft_len is not None:
         if not local:
