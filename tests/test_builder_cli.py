@@ -122,3 +122,28 @@ def test_no_argument_build_of_the_demo_pair(tmp_path, monkeypatch):
     assert cfg["quantization_config"]["quant_algo"] == "FP8"
     assert validate_llm_api_yaml(b / "llm_api.yaml").speculative_config.decoding_type == "Draft_Target"
     assert seconds < 180, f"demo build took {seconds:.0f} s"
+
+
+def test_demo_eagle3_build(tmp_path, monkeypatch):
+    """`trtspec build --drafter eagle3` with no target: the demo target + its shipped EAGLE-3 head, planned
+    from the head's measured profile, emitted as a TensorRT-LLM Eagle3 speculative_config."""
+    from trtspec.zoo import demo_draft
+
+    try:
+        head = demo_draft("eagle3")
+    except FileNotFoundError as e:
+        pytest.skip(f"demo EAGLE-3 head not installed: {e}")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["build", "--drafter", "eagle3", "--quant", "none", "--out", "b",
+                                    "--cache-dir", str(tmp_path / "cache")])
+    assert res.exit_code == 0, res.output
+    b = tmp_path / "b"
+    sc = validate_llm_api_yaml(b / "llm_api.yaml").speculative_config
+    assert sc.decoding_type == "Eagle3" and sc.max_draft_len >= 1
+    cfg = json.loads((b / "draft" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["draft_vocab_size"] == json.loads((head / "config.json").read_text())["draft_vocab_size"]
+    manifest = json.loads((b / "manifest.json").read_text())
+    assert manifest["options"]["acceptance"] == str(head / "acceptance.json")
+    rates = yaml.safe_load((b / "recipe.yaml").read_text())["acceptance"]["eagle3"]["rates"]
+    assert rates == pytest.approx(json.loads((head / "acceptance.json").read_text())["rates"], abs=1e-6)
