@@ -1,6 +1,7 @@
 """Train the demo target/draft pair on the Python standard library (CPU, deterministic).
 
-    python -m trtspec.zoo.train            # full run into trtspec/zoo/demo (+ MODEL_CARD.md), ~75 min on 2 cores (pair ~28 min + EAGLE-3 head ~40 min + measurements)
+    python -m trtspec.zoo.train            # full run into trtspec/zoo/demo (+ MODEL_CARD.md), ~75 min on 2 cores
+                                           # (pair + measurements ~30 min, EAGLE-3 head ~40 min)
     python -m trtspec.zoo.train --smoke --out /tmp/zoo   # 20 tiny steps, for CI
 
 Stages: corpus split and byte-level BPE (:mod:`trtspec.zoo.data`) -> target (Llama, GQA) trained with
