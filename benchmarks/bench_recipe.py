@@ -2,7 +2,7 @@
 >= 0.95 of the best measured throughput at every batch size? Also reports fixed D=3 and
 TensorRT-LLM's AUTO heuristic (D=5 up to batch 4, else 3).
 
-    python benchmarks/bench_recipe.py [--device cpu|cuda] [--sweep 0..8] [--batch 1,4,16]
+    python benchmarks/bench_recipe.py [--drafter draft_model|eagle3] [--device cpu|cuda] [--sweep 0..8] [--batch 1,4,16]
                                       [--prompts 16] [--max-new-tokens 32] [--repeats 3]
                                       [--clock auto|wall|cpu] [--calibration cost_table.json]
                                       [--acceptance max_d|pooled] [--prior-steps 0]
@@ -31,7 +31,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=None, help="target model dir or bundle (default: the demo pair)")
-    ap.add_argument("--draft", default=None, help="draft model dir (default: the demo pair's draft)")
+    ap.add_argument("--draft", default=None, help="drafter weights dir (default: the demo's, per --drafter)")
+    ap.add_argument("--drafter", choices=["draft_model", "eagle3"], default="draft_model")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--sweep", default="0..8", help="draft lengths, e.g. 0..8")
@@ -53,17 +54,17 @@ def main(argv=None) -> int:
 
     target, draft = args.target, args.draft
     if target is None:
-        from trtspec.zoo import demo_paths
+        from trtspec.zoo import demo_draft, demo_paths
 
-        target, demo_draft = demo_paths()
-        draft = draft or demo_draft
+        target, _ = demo_paths()
+        draft = draft or demo_draft(args.drafter)
     cfg = SweepConfig(draft_lens=parse_int_list(args.sweep, "--sweep"), batch_sizes=parse_int_list(args.batch, "--batch"),
                       repeats=args.repeats, max_new_tokens=args.max_new_tokens, acceptance=args.acceptance,
                       prior_steps=args.prior_steps,
                       clock=args.clock if args.clock != "auto" else ("cpu" if args.device == "cpu" else "wall"))
     prompts = stdlib_code_prompts(args.prompts)
-    res = run_sweep(target, draft, prompts, cfg, out_dir=args.out, device=args.device, dtype=args.dtype,
-                    calibration=args.calibration, gpu=args.gpu)
+    res = run_sweep(target, draft, prompts, cfg, out_dir=args.out, drafter=args.drafter, device=args.device,
+                    dtype=args.dtype, calibration=args.calibration, gpu=args.gpu)
     if args.json:
         print(json.dumps(res, indent=2))
         return 0

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from runtime_fixtures import make_model
+from runtime_fixtures import make_eagle3, make_model
 from trtspec.bench import metrics as M
 from trtspec.bench.config import parse_int_list
 from trtspec.bench.profile import COST_TABLE_FORMAT, CostTable, ProfileConfig, load_cost_table, profile_pair
@@ -188,3 +188,20 @@ def test_sweep_needs_prompts_to_fill_the_largest_batch(pair, tmp_path):
     with pytest.raises(ValueError, match=f"{len(prompts)} prompts x rounds cannot fill batch size 8"):
         run_sweep(target, draft, prompts, SweepConfig(draft_lens=(0, 1), batch_sizes=(1, 8), repeats=1),
                   out_dir=tmp_path / "out", calibration=_table(tmp_path / "cal.json", 0.001))
+
+
+def test_run_sweep_profiles_and_plans_an_eagle3_head(pair, tmp_path):
+    """The drafter reaches the sweep's engines, the profile (engine method) and the planner: an EAGLE-3
+    head directory is never read as a draft model."""
+    from trtspec.bench.datasets import load_prompts
+
+    target, _ = pair
+    head = make_eagle3(tmp_path / "eagle", target, seed=4, echo=True)
+    prompts = load_prompts("builtin", categories=["coding"], limit_per_category=2)
+    res = run_sweep(target, head, prompts, SweepConfig(draft_lens=(0, 2), batch_sizes=(1,), repeats=1,
+                                                      max_new_tokens=8, clock="cpu"),
+                    out_dir=tmp_path / "out", drafter="eagle3")
+    assert json.loads((tmp_path / "out" / "acceptance.json").read_text())["drafter"] == "eagle3"
+    table = json.loads((tmp_path / "out" / "cost_table.json").read_text())
+    assert table["method"] == "engine" and set(table["draft"]) == {"1"}
+    assert res["planner_available"] and 0 <= res["verdicts"][0]["choices"]["planner"] <= 2

@@ -348,7 +348,7 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
             batch_sizes=cfg.batch_sizes, tokens=tuple(d + 1 for d in cfg.draft_lens), draft_tokens=(1,),
             device=device, dtype=dtype, clock=cfg.clock, repeats=15,
             batch_contexts=workload_contexts(ids, cfg.batch_sizes, cfg.max_new_tokens, ctx, 3 * (dmax + 2) + 1))
-        calibration = profile_pair(target_dir, draft, pc).save(out / "cost_table.json")
+        calibration = profile_pair(target_dir, draft, pc, drafter=drafter).save(out / "cost_table.json")
     t2 = time.perf_counter()
     cost = load_cost_table(calibration)
     planner = planner_choices(target_dir, acc_path, calibration, cfg.batch_sizes, drafter=drafter, gpu=gpu,
