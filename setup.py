@@ -52,13 +52,15 @@ setup(
     long_description=open(os.path.join(ROOT, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # the top-level recipe book (recipes/) ships as the package trtspec.recipebook
-    packages=find_packages(include=["trtspec", "trtspec.*"]) + ["trtspec.recipebook"],
-    package_dir={"trtspec.recipebook": "recipes"},
+    # the top-level recipe book (recipes/) ships as the package trtspec.recipebook, the plugins'
+    # interface YAMLs (plugins/<name>/<name>.yaml) as trtspec.pluginspecs
+    packages=find_packages(include=["trtspec", "trtspec.*"]) + ["trtspec.recipebook", "trtspec.pluginspecs"],
+    package_dir={"trtspec.recipebook": "recipes", "trtspec.pluginspecs": "plugins"},
     include_package_data=True,
     package_data={
         "trtspec": ["recipes/models/*.yaml", "bench/data/*", "zoo/**/*", "triton/**/*"],
         "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml"],
+        "trtspec.pluginspecs": ["trtSpec*/trtSpec*.yaml"],
     },
     ext_modules=_extensions(),
     cmdclass=_cmdclass(),

@@ -241,3 +241,20 @@ def test_plugin_plumbing_host_test_passes(headers, tmp_path):
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert "all checks passed" in run.stdout
+
+
+def test_plugin_specs_ship_as_the_package_trtspec_pluginspecs(monkeypatch):
+    """Installed without a source tree, the interface YAMLs come from the package ``trtspec.pluginspecs``
+    (setup.py maps it to plugins/ and ships plugins/*/*.yaml); TRTSPEC_PLUGIN_SPECS still wins."""
+    import importlib.resources
+
+    from trtspec.onnx_schemas import plugin_yaml_paths
+
+    monkeypatch.delenv("TRTSPEC_PLUGIN_SPECS", raising=False)
+    root = Path(str(importlib.resources.files("trtspec.pluginspecs")))
+    shipped = sorted(root.glob("trtSpec*/trtSpec*.yaml"))
+    assert [p.name for p in shipped] == ["trtSpecTreeMask.yaml", "trtSpecVerifyBlock.yaml",
+                                         "trtSpecVerifyGreedy.yaml", "trtSpecVerifySample.yaml"]
+    assert plugin_yaml_paths() == shipped
+    monkeypatch.setenv("TRTSPEC_PLUGIN_SPECS", str(root / "trtSpecTreeMask"))
+    assert [p.name for p in plugin_yaml_paths()] == ["trtSpecTreeMask.yaml"]

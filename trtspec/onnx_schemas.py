@@ -9,11 +9,12 @@ ONNX parser uses to map a node to a plugin: ``plugin_version`` (default the plug
 ``plugins/tools/gen_fields.py`` generates the C++ field headers from the same specs.
 
 Where the YAMLs are looked for, first match wins: ``$TRTSPEC_PLUGIN_SPECS`` (a directory searched
-recursively), the installed copy ``trtspec/data/plugins/*.yaml``, then the source tree's
-``plugins/*/*.yaml``.
+recursively), the installed package ``trtspec.pluginspecs`` (setup.py ships ``plugins/*/*.yaml`` as it),
+then the source tree's ``plugins/*/*.yaml``.
 """
 from __future__ import annotations
 
+import importlib.resources
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,14 +162,18 @@ def plugin_yaml_paths() -> list[Path]:
     candidates = []
     if env:
         candidates.append(sorted(Path(env).rglob("trtSpec*.yaml")))
-    candidates.append(sorted((here / "data" / "plugins").glob("trtSpec*.yaml")))
+    try:
+        packaged = Path(str(importlib.resources.files("trtspec.pluginspecs")))
+        candidates.append(sorted(packaged.glob("trtSpec*/trtSpec*.yaml")))
+    except (ModuleNotFoundError, TypeError):
+        pass
     candidates.append(sorted((here.parent / "plugins").glob("trtSpec*/trtSpec*.yaml")))
     for paths in candidates:
         if paths:
             return paths
     raise FileNotFoundError(
         "no plugin YAMLs found: set TRTSPEC_PLUGIN_SPECS, install trtspec with its data files "
-        "(trtspec/data/plugins/*.yaml) or run from a source checkout (plugins/*/*.yaml)")
+        "(the package trtspec.pluginspecs) or run from a source checkout (plugins/*/*.yaml)")
 
 
 def load_plugin_specs() -> dict[str, PluginSpec]:
