@@ -238,3 +238,26 @@ def test_bench_eagle3_defaults_to_the_demo_head(tmp_path):
     data = json.loads(res.stdout)
     assert data["meta"]["draft"] == str(head) and data["meta"]["drafter"] == "eagle3"
     assert json.loads((tmp_path / "b" / "acceptance.json").read_text())["drafter"] == "eagle3"
+
+
+def test_profile_eagle3_head(tmp_path):
+    """`trtspec profile --drafter eagle3` (demo head by default) times engine steps with the head; the
+    forward method, which loads --draft as a model, is refused for a head before any work."""
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+    from trtspec.zoo import demo_draft
+
+    try:
+        demo_draft("eagle3")
+    except FileNotFoundError as e:
+        pytest.skip(f"demo EAGLE-3 head not installed: {e}")
+    res = CliRunner().invoke(main, ["profile", "--drafter", "eagle3", "--method", "forward",
+                                    "--out", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "--drafter eagle3" in res.output and "--method engine" in res.output
+    assert not (tmp_path / "x.json").exists()
+    res = CliRunner().invoke(main, ["profile", "--drafter", "eagle3", "--batch", "1", "--tokens", "1,3",
+                                    "--repeats", "2", "--clock", "cpu", "--out", str(tmp_path / "c.json")])
+    assert res.exit_code == 0, res.output
+    table = json.loads((tmp_path / "c.json").read_text())
+    assert table["method"] == "engine" and "eagle3" in table["source"] and set(table["draft"]) == {"1"}

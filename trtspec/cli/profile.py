@@ -30,7 +30,9 @@ def _csv(values) -> str:
 @click.option("--target", type=click.Path(path_type=Path), default=None,
               help="Target model directory or trtspec bundle [default: the demo pair's target].")
 @click.option("--draft", type=click.Path(path_type=Path), default=None,
-              help="Draft model directory [default: the bundle's draft, or the demo pair's draft].")
+              help="Drafter weights directory [default: the bundle's draft, or the demo's for --drafter].")
+@click.option("--drafter", type=click.Choice(["draft_model", "eagle3"]), default="draft_model", show_default=True,
+              help="What --draft holds: a draft model, or an EAGLE-3 head (profiled with --method engine).")
 @click.option("--batch", "batch_sizes", default=_csv(_D.batch_sizes), callback=_ints, show_default=True,
               help="Batch sizes B to measure ('1,4,16' or '1..8').")
 @click.option("--tokens", default=_csv(_D.tokens), callback=_ints, show_default=True,
@@ -52,8 +54,8 @@ def _csv(values) -> str:
 @click.option("--out", type=click.Path(path_type=Path), default=Path("cost_table.json"), show_default=True,
               help="Where to write the cost table (read by `trtspec plan --calibration`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON on stdout.")
-def profile(target, draft, batch_sizes, tokens, draft_tokens, context_len, warmup, repeats, device, dtype, clock,
-            method, out, as_json):
+def profile(target, draft, drafter, batch_sizes, tokens, draft_tokens, context_len, warmup, repeats, device, dtype,
+            clock, method, out, as_json):
     """Measure the target's step time T(B, tokens per request) and the draft model's step time on
     this device (warm-up, repeats, median) and write cost_table.json for `trtspec plan --calibration`."""
     from rich.console import Console
@@ -70,24 +72,27 @@ def profile(target, draft, batch_sizes, tokens, draft_tokens, context_len, warmu
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if target is None:
-        from trtspec.zoo import demo_paths
+        from trtspec.zoo import demo_draft, demo_paths
 
         try:
-            target, default_draft = demo_paths()
+            target, _ = demo_paths()
+            draft = draft if draft is not None else demo_draft(drafter)
         except FileNotFoundError as e:
             raise click.UsageError(f"--target not given and {e}") from None
-        draft = draft if draft is not None else default_draft
     target_dir, bundle_draft, _ = resolve_pair(target)
     draft = draft if draft is not None else bundle_draft
     if not (Path(target_dir) / "config.json").is_file():
         raise click.UsageError(f"--target {target}: no config.json (expected a model directory or trtspec bundle)")
     if draft is not None and not (Path(draft) / "config.json").is_file():
         raise click.UsageError(f"--draft {draft}: no config.json")
+    if drafter == "eagle3" and cfg.method != "engine":
+        raise click.UsageError("--drafter eagle3: an EAGLE-3 head runs on the target's hidden states, so it is "
+                               "profiled with --method engine (speculative steps), not --method forward")
     if draft is None and cfg.method == "engine":
         raise click.UsageError("--method engine needs --draft (it times speculative steps); or use --method forward")
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("profiling", total=grid_points(cfg, draft is not None))
-        table = profile_pair(target_dir, draft, cfg, progress=lambda: bar.advance(task))
+        table = profile_pair(target_dir, draft, cfg, progress=lambda: bar.advance(task), drafter=drafter)
     path = table.save(out)
     if as_json:
         click.echo(json.dumps(table.to_dict(), indent=2))
