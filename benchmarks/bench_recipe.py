@@ -54,10 +54,10 @@ def main(argv=None) -> int:
 
     target, draft = args.target, args.draft
     if target is None:
-        from trtspec.zoo import demo_draft, demo_paths
+        from trtspec.zoo import demo_pair
 
-        target, _ = demo_paths()
-        draft = draft or demo_draft(args.drafter)
+        target, demo_drafter = demo_pair(args.drafter)
+        draft = draft or demo_drafter
     cfg = SweepConfig(draft_lens=parse_int_list(args.sweep, "--sweep"), batch_sizes=parse_int_list(args.batch, "--batch"),
                       repeats=args.repeats, max_new_tokens=args.max_new_tokens, acceptance=args.acceptance,
                       prior_steps=args.prior_steps,

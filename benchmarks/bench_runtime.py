@@ -149,10 +149,10 @@ def main(target, draft, drafter, draft_len, tree, batch_sizes, max_new_tokens, p
     if threads:
         torch.set_num_threads(threads)
     if target is None:
-        from trtspec.zoo import demo_draft, demo_paths
+        from trtspec.zoo import demo_pair
 
-        target, _ = demo_paths()
-        draft = draft or demo_draft(drafter)
+        target, demo_drafter = demo_pair(drafter)
+        draft = draft or demo_drafter
     sizes = [int(b) for b in batch_sizes.split(",")]
     pipe = load_pipeline(target, draft, drafter=drafter, draft_len=draft_len, tree=tree, device=device)
     prompt_ids = code_prompts(target, num_prompts) if prompt_set == "code" else None

@@ -36,8 +36,7 @@ def _runtime_draft_logits(target, head, x, g0, t, s):
         h, logits = head(target.embed(x[:, t + 1 + j:t + 2 + j]), h, p, cache, rows, p,
                          torch.ones(1, 1, t + j + 1, dtype=torch.bool))
         logits = logits[:, 0]
-    ids = torch.arange(head.config.draft_vocab_size) + head.d2t
-    return logits[0, ids]
+    return logits[0, head.target_ids()]
 
 
 @torch.no_grad()

@@ -47,9 +47,9 @@ def demo_options(opts: BuildOptions) -> BuildOptions:
     if opts.drafter not in ("draft_model", "eagle3"):
         raise ValueError("--target is required unless building the demo pair (--drafter draft_model or eagle3)")
     try:
-        from trtspec.zoo import demo_acceptance_path, demo_draft, demo_paths
-        target, _ = demo_paths()
-        draft = opts.draft if opts.draft is not None else demo_draft(opts.drafter)
+        from trtspec.zoo import demo_acceptance_path, demo_pair
+        target, demo_drafter = demo_pair(opts.drafter)
+        draft = opts.draft if opts.draft is not None else demo_drafter
         acc = demo_acceptance_path(opts.drafter)
     except (ImportError, FileNotFoundError) as e:
         raise ValueError(f"--target not given and the demo pair is not available ({e})") from None

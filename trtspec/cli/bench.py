@@ -108,11 +108,11 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
 
     local = not server and not triton
     if local and target is None:
-        from trtspec.zoo import demo_draft, demo_paths
+        from trtspec.zoo import demo_pair
 
         try:
-            target, _ = demo_paths()
-            draft = draft if draft is not None else demo_draft(drafter)
+            target, demo_drafter = demo_pair(drafter)
+            draft = draft if draft is not None else demo_drafter
         except (FileNotFoundError, ValueError) as e:
             raise click.UsageError(f"--target not given and {e}") from None
 

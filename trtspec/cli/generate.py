@@ -40,15 +40,15 @@ def _parse_schedule(text: str | None) -> dict[int, int] | None:
                                  param_hint="--draft-len-schedule") from None
 
 
-def _default_pair() -> tuple[Path, Path]:
+def _default_pair(drafter: str) -> tuple[Path, Path | None]:
     try:
-        from trtspec.zoo import demo_paths
+        from trtspec.zoo import demo_pair
     except ImportError:
         raise click.UsageError("no --target given and the demo pair is not installed (trtspec.zoo is missing); "
                                "pass --target DIR") from None
     try:
-        return demo_paths()
-    except FileNotFoundError as e:
+        return demo_pair(drafter)
+    except (FileNotFoundError, ValueError) as e:
         raise click.UsageError(f"no --target given and the demo pair is not installed ({e}); pass --target DIR") from None
 
 
@@ -86,16 +86,8 @@ def generate(prompts, target, draft, drafter, draft_len, tree, schedule, verify,
     if not all_prompts:
         raise click.UsageError("give at least one PROMPT or --batch-file")
     if target is None:
-        target, demo_draft = _default_pair()
-        if draft is None and drafter == "draft_model":
-            draft = demo_draft
-        elif draft is None and drafter == "eagle3":
-            from trtspec.zoo import demo_draft as demo_drafter
-
-            try:
-                draft = demo_drafter("eagle3")
-            except FileNotFoundError as e:
-                raise click.UsageError(f"--drafter eagle3 without --draft: {e}") from None
+        target, demo_drafter = _default_pair(drafter)
+        draft = draft if draft is not None else demo_drafter
     if verify is None:
         verify = "greedy" if temperature == 0 else "sample"
     try:

@@ -72,11 +72,11 @@ def profile(target, draft, drafter, batch_sizes, tokens, draft_tokens, context_l
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if target is None:
-        from trtspec.zoo import demo_draft, demo_paths
+        from trtspec.zoo import demo_pair
 
         try:
-            target, _ = demo_paths()
-            draft = draft if draft is not None else demo_draft(drafter)
+            target, demo_drafter = demo_pair(drafter)
+            draft = draft if draft is not None else demo_drafter
         except FileNotFoundError as e:
             raise click.UsageError(f"--target not given and {e}") from None
     target_dir, bundle_draft, _ = resolve_pair(target)

@@ -247,14 +247,17 @@ class Eagle3Head(nn.Module):
         logits = self.lm_head(self.norm(h)).float()
         return h, logits if draft_vocab else self.target_logits(logits)
 
+    def target_ids(self) -> torch.Tensor:
+        """int64 ``[V_draft]``: the target id of every draft id, ``j + d2t[j]``."""
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+
     def target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
         """Scatter ``[..., V_draft]`` logits to the target vocabulary ``[..., V]`` through d2t."""
         V = self.config.layer.vocab_size
         if self.config.draft_vocab_size == V:
             return draft_logits
         out = draft_logits.new_full((*draft_logits.shape[:-1], V), float("-inf"))
-        ids = torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
-        out[..., ids] = draft_logits
+        out[..., self.target_ids()] = draft_logits
         return out
 
 
@@ -309,7 +312,7 @@ def load_eagle3(model_dir: str | Path, target: Transformer, *, device="cpu", dty
                                "but the checkpoint has no d2t map")
     head = Eagle3Head(cfg, t.hidden_size)
     _load_into(head, tensors, model_dir, optional=("d2t",))
-    ids = torch.arange(cfg.draft_vocab_size) + head.d2t
+    ids = head.target_ids()
     if bool((ids < 0).any() or (ids >= t.vocab_size).any()):
         raise ModelFormatError(f"{model_dir}: d2t maps draft ids outside the target vocabulary 0..{t.vocab_size - 1}")
     return head.to(device=device, dtype=dtype).eval()

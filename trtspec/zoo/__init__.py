@@ -44,6 +44,11 @@ def demo_draft(drafter: str = "draft_model") -> Path | None:
     raise ValueError(f"drafter={drafter!r}: the demo pair ships draft_model, eagle3 and ngram drafters")
 
 
+def demo_pair(drafter: str = "draft_model") -> tuple[Path, Path | None]:
+    """``(target_dir, drafter_dir)``: the demo target and its drafter for ``drafter`` (see :func:`demo_draft`)."""
+    return demo_paths()[0], demo_draft(drafter)
+
+
 def demo_acceptance_path(drafter: str = "draft_model") -> Path:
     """Acceptance profile (``trtspec.acceptance/v1`` JSON) measured for the demo target with ``drafter``
     (``draft_model``: ``demo/acceptance.json``; ``eagle3``: ``demo/eagle3/acceptance.json``)."""
@@ -53,4 +58,4 @@ def demo_acceptance_path(drafter: str = "draft_model") -> Path:
     return path
 
 
-__all__ = ["demo_paths", "demo_draft", "demo_acceptance_path", "DEMO_DIR", "MODEL_CARD", "ZOO_DIR"]
+__all__ = ["demo_paths", "demo_draft", "demo_pair", "demo_acceptance_path", "DEMO_DIR", "MODEL_CARD", "ZOO_DIR"]

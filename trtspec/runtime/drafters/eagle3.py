@@ -26,7 +26,7 @@ class Eagle3Drafter(TreeDrafter):
         self.seen: dict[int, int] = {}                                   # row -> entries in the cache
         self.pending: dict[int, tuple[torch.Tensor, list[int]]] = {}     # row -> (g [M, E], tokens [M])
         self.reduced = head.config.draft_vocab_size < head.config.layer.vocab_size
-        self.ids = torch.arange(head.config.draft_vocab_size, device=self.device) + head.d2t   # draft id -> target id
+        self.ids = head.target_ids()                                     # draft id -> target id
 
     def reserve(self, rows, slots):
         self.cache = self.head.new_cache(rows, slots)
