@@ -39,12 +39,22 @@ class Proposal:
 @dataclass(frozen=True)
 class DraftMode:
     """How children are chosen. ``sample``: draw from the transformed draft distribution (needed by
-    sample/block verification); ``without_replacement``: Gumbel-top-K siblings; ``generator``: the
-    draft side's random stream."""
+    sample/block verification); ``without_replacement``: Gumbel-top-K siblings; ``generators``: the
+    draft side's random stream of each request (one per batch row, so a request's drafts do not
+    depend on its neighbours)."""
 
     sample: bool
     without_replacement: bool = False
-    generator: torch.Generator | None = None
+    generators: tuple[torch.Generator, ...] | None = None
+
+    def draw(self, q: torch.Tensor, k: int) -> torch.Tensor:
+        """int64 ``[B, F, k]`` children of ``q [B, F, V]``, row b drawn with ``generators[b]``."""
+        B, F, V = q.shape
+        if self.generators is None or len(self.generators) != B:
+            raise ValueError(f"sampled drafting needs one generator per request ({B}), got "
+                             f"{None if self.generators is None else len(self.generators)}")
+        return torch.stack([draw(q[b], k, replacement=not self.without_replacement, generator=g)
+                            for b, g in enumerate(self.generators)])
 
 
 def chain_proposal(roots: torch.Tensor) -> Proposal:
@@ -154,8 +164,7 @@ class TreeDrafter(Drafter):
             q = probs_per_request(level_logits, [r.sampling for r in reqs]) if mode.sample else None   # [B, F, V]
             if mode.sample:
                 dprobs[b_idx, frontier] = q
-                kids = draw(q.reshape(B * F_, V), K, replacement=not mode.without_replacement,
-                            generator=mode.generator).view(B, F_, K)
+                kids = mode.draw(q, K)                                     # [B, F, K]
                 logq = torch.log(torch.gather(q, 2, kids).clamp_min(1e-30))
             else:
                 top = torch.topk(torch.log_softmax(level_logits, -1), K, dim=-1)
