@@ -47,6 +47,11 @@ def test_parse_request_defaults_and_batch_shapes():
                       SETTINGS)
     assert (r.max_tokens, r.top_k, r.seed, r.stream, r.perf_metrics) == (16, 5, 7, True, True)
     assert r.temperature == pytest.approx(0.5) and r.top_p == pytest.approx(0.9)
+    # no seed given -> None (the engine picks one per request); the full UINT64 range is accepted
+    assert parse_request({"text_input": np.array([b"x"], dtype=object)}, SETTINGS).seed is None
+    big = parse_request({"text_input": np.array([b"x"], dtype=object),
+                         "sampling_param_seed": np.array([2**64 - 1], dtype=np.uint64)}, SETTINGS)
+    assert big.seed == 2**64 - 1
 
 
 @pytest.mark.parametrize("inputs, message", [
@@ -63,8 +68,15 @@ def test_parse_request_defaults_and_batch_shapes():
      "sampling_param_max_tokens: expected 1..16, got 17"),
     ({"text_input": np.array([b"a"], dtype=object), "sampling_param_temperature": np.array([-1.0])},
      "sampling_param_temperature"),
+    ({"text_input": np.array([b"a"], dtype=object), "sampling_param_temperature": np.array([np.nan])},
+     "sampling_param_temperature: expected a finite value >= 0, got nan"),
     ({"text_input": np.array([b"a"], dtype=object), "sampling_param_top_p": np.array([0.0])},
      "sampling_param_top_p: expected a value in (0, 1]"),
+    ({"text_input": np.array([b"a"], dtype=object), "sampling_param_top_p": np.array([1.5])},
+     "sampling_param_top_p: expected a value in (0, 1], got 1.5"),
+    ({"text_input": np.array([b"a"], dtype=object), "sampling_param_seed": np.array([-2])},
+     "sampling_param_seed: expected 0..2**64-1, got -2"),
+    ({"text_input": np.array([7], dtype=np.int32)}, "text_input: expected BYTES, got int32"),
     ({"text_input": np.array([b"a"], dtype=object), "sampling_param_top_k": np.array([-1])},
      "sampling_param_top_k"),
 ])
@@ -92,9 +104,17 @@ def test_model_settings_validate_and_round_trip(tmp_path):
         ModelSettings(bundle=tmp_path, max_tokens_limit=0)
     with pytest.raises(ValueError, match="default_max_tokens=64 exceeds"):
         ModelSettings(bundle=tmp_path, max_tokens_limit=8)
+    with pytest.raises(ValueError, match="verify: expected one of greedy, sample, block, got 'beam'"):
+        ModelSettings(bundle=tmp_path, verify="beam")
+    with pytest.raises(ValueError, match="draft_len: expected null .* or an integer >= 0, got -1"):
+        ModelSettings(bundle=tmp_path, draft_len=-1)
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"bundle": "b", "max_tokens_limit": 128}))
     s = ModelSettings.load(tmp_path / "m.yaml")
     assert s.bundle == (tmp_path / "b").resolve() and s.max_tokens_limit == 128
+    assert (s.verify, s.draft_len) == ("greedy", None)
+    full = ModelSettings(bundle=tmp_path / "b", verify="block", draft_len=0)
+    (tmp_path / "full.yaml").write_text(yaml.safe_dump(full.to_dict()))
+    assert ModelSettings.load(tmp_path / "full.yaml") == full
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"bundle": "b", "max_token": 1}))
     with pytest.raises(ValueError, match="unknown keys"):
         ModelSettings.load(tmp_path / "bad.yaml")
@@ -202,11 +222,13 @@ def test_triton_command_writes_repository_json(tmp_path):
 
     bundle = _fake_bundle(tmp_path / "bundle")
     res = CliRunner().invoke(main, ["triton", "--bundle", str(bundle), "--out", str(tmp_path / "repo"),
-                                    "--max-tokens-limit", "32", "--json"])
+                                    "--max-tokens-limit", "32", "--verify", "block", "--draft-len", "0", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["model"] == "trtspec" and Path(out["model_dir"], "1", "model.py").is_file()
     assert out["settings"]["max_tokens_limit"] == 32 and out["settings"]["default_max_tokens"] == 32
+    written = ModelSettings.load(Path(out["model_dir"], "1", "model.yaml"))
+    assert (written.verify, written.draft_len) == ("block", 0)
     res = CliRunner().invoke(main, ["triton", "--bundle", str(tmp_path), "--out", str(tmp_path / "r2")])
     assert res.exit_code == 2 and "target/config.json" in res.output
     res = CliRunner().invoke(main, ["triton", "--out", str(tmp_path / "r2")])

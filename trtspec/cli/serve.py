@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
+from trtspec.triton.protocol import VERIFY_METHODS, ModelSettings
 from trtspec.triton.server import ServeConfig
 
 _D = ServeConfig()
+_M = ModelSettings(bundle=Path("."))
 
 
 def _port(name: str, default: int):
@@ -28,17 +30,24 @@ def _port(name: str, default: int):
               help="Write the model repository here and keep it [default: a temporary folder].")
 @click.option("--ready-timeout", type=click.FloatRange(min=1), default=_D.ready_timeout_s, show_default=True,
               help="Seconds to wait for the model to load.")
+@click.option("--verify", type=click.Choice(VERIFY_METHODS), default=_M.verify, show_default=True,
+              help="trtspec runtime: greedy (a step with a sampled request is verified by sample), sample "
+                   "(lossless rejection sampling) or block (block verification, chains).")
+@click.option("--draft-len", type=click.IntRange(min=0), default=None,
+              help="trtspec runtime: a fixed draft length (0 = no speculation) [default: the bundle's].")
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line once ready.")
-def serve(bundle, http_port, grpc_port, metrics_port, host, model_name, repo, ready_timeout, as_json):
+def serve(bundle, http_port, grpc_port, metrics_port, host, model_name, repo, ready_timeout, verify, draft_len,
+          as_json):
     """Serve BUNDLE with tritonserver: write its model repository, start the server, wait until the
     model is ready, print the endpoints, and stop cleanly on Ctrl-C (SIGINT) or SIGTERM."""
     import shutil
     import signal
     import tempfile
     import threading
+    from dataclasses import replace
 
     from trtspec.triton.bundle import BundleError
-    from trtspec.triton.repository import write_repository
+    from trtspec.triton.repository import default_settings, write_repository
     from trtspec.triton.server import ServerNotFoundError, TritonServer, find_server
 
     try:
@@ -57,7 +66,8 @@ def serve(bundle, http_port, grpc_port, metrics_port, host, model_name, repo, re
     server = None
     try:
         try:
-            write_repository(bundle, repository, cfg.model_name)
+            settings = replace(default_settings(bundle), verify=verify, draft_len=draft_len)
+            write_repository(bundle, repository, cfg.model_name, settings=settings)
         except (BundleError, ValueError) as e:
             raise click.BadParameter(str(e), param_hint="--bundle") from e
         server = TritonServer(repository, install=install, host=cfg.host, http_port=cfg.http_port,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtspec.triton.protocol import ModelSettings
+from trtspec.triton.protocol import VERIFY_METHODS, ModelSettings
 
 _DEFAULTS = ModelSettings(bundle=Path("."))
 
@@ -23,9 +23,14 @@ _DEFAULTS = ModelSettings(bundle=Path("."))
               help="Requests the trtspec runtime decodes together (continuous batching).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=_DEFAULTS.device, show_default=True,
               help="Where the trtspec runtime runs (auto: cuda when torch sees a GPU).")
+@click.option("--verify", type=click.Choice(VERIFY_METHODS), default=_DEFAULTS.verify, show_default=True,
+              help="trtspec runtime: greedy (a step with a sampled request is verified by sample), sample "
+                   "(lossless rejection sampling) or block (block verification, chains).")
+@click.option("--draft-len", type=click.IntRange(min=0), default=None,
+              help="trtspec runtime: a fixed draft length (0 = no speculation) [default: the bundle's].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def triton(ctx, bundle, out, model_name, backend, max_tokens_limit, max_active, device, as_json):
+def triton(ctx, bundle, out, model_name, backend, max_tokens_limit, max_active, device, verify, draft_len, as_json):
     """Write a Triton model repository (Python backend, decoupled) serving a trtspec bundle.
 
     The model's tensors are named like TensorRT-LLM's LLM-API Triton model (text_input,
@@ -42,7 +47,8 @@ def triton(ctx, bundle, out, model_name, backend, max_tokens_limit, max_active, 
     from trtspec.triton.repository import default_settings, write_repository
 
     try:
-        settings = replace(default_settings(bundle), backend=backend, max_active=max_active, device=device)
+        settings = replace(default_settings(bundle), backend=backend, max_active=max_active, device=device,
+                           verify=verify, draft_len=draft_len)
         if max_tokens_limit is not None:
             settings = replace(settings, max_tokens_limit=max_tokens_limit,
                                default_max_tokens=min(settings.default_max_tokens, max_tokens_limit))

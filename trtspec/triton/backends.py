@@ -9,7 +9,14 @@ Both take a validated :class:`~trtspec.triton.protocol.GenerationRequest`, a cal
 ``emit(Chunk)`` that is called from a backend thread (pieces of text while streaming, then exactly
 one chunk with ``final=True``, carrying an ``error`` when the request failed) and optionally
 ``cancelled() -> bool`` (the client went away: the request is dropped from the batch). A failure
-of one request never stops the backend.
+of one request never stops the backend. Both report to a :class:`~trtspec.triton.metrics.SpecMetrics`
+(the trtspec runtime per engine step, TensorRT-LLM per finished request).
+
+Sampling (temperature / top-k / top-p / seed) is served by both: the trtspec runtime verifies a
+step holding a sampled request losslessly (``verify_sample`` for chains and trees, or block
+verification with ``verify: block``), each sampled request with its own random stream, so a seeded
+request gives the same text alone or in any batch; TensorRT-LLM gets the same fields through
+:func:`trtllm_sampling_kwargs`.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from trtspec.triton.bundle import BundleLayout
+from trtspec.triton.metrics import NoMetrics
 from trtspec.triton.protocol import Chunk, GenerationRequest, IncrementalText, ModelSettings, RequestError
 
 Emit = Callable[[Chunk], None]
@@ -68,6 +76,14 @@ def _refuse_quantized(bundle: BundleLayout) -> None:
                 "one for CPU serving with `trtspec build --quant none`.")
 
 
+def speculation(bundle: BundleLayout, settings: ModelSettings) -> tuple[int, dict[int, int] | None]:
+    """``(draft_len, draft_len_schedule)`` the trtspec runtime runs: the bundle's, unless
+    ``settings.draft_len`` overrides it (0 = no speculation; n = a fixed D of n, schedule dropped)."""
+    if settings.draft_len is None:
+        return bundle.draft_len, bundle.draft_len_schedule or None
+    return settings.draft_len, None
+
+
 @dataclass
 class _Active:
     request: GenerationRequest
@@ -75,6 +91,7 @@ class _Active:
     text: IncrementalText
     new_tokens: int = 0
     cancelled: Callable[[], bool] | None = None
+    seen: tuple[int, int] = (0, 0)    # (draft_tokens, accepted_tokens) already reported to the metrics
 
 
 class ReferenceBackend:
@@ -82,7 +99,7 @@ class ReferenceBackend:
 
     name = "trtspec"
 
-    def __init__(self, bundle: BundleLayout, settings: ModelSettings) -> None:
+    def __init__(self, bundle: BundleLayout, settings: ModelSettings, metrics=None) -> None:
         import torch
 
         from trtspec.runtime import load_pipeline
@@ -93,11 +110,15 @@ class ReferenceBackend:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = device
 
-        kwargs = dict(drafter=bundle.drafter, draft_len=bundle.draft_len, device=device)
-        if bundle.draft_len_schedule:
-            kwargs["draft_len_schedule"] = bundle.draft_len_schedule
+        draft_len, schedule = speculation(bundle, settings)
+        draft = str(bundle.draft) if bundle.draft is not None and (draft_len or schedule) else None
+        drafter = bundle.drafter if draft is not None or bundle.drafter == "ngram" else "draft_model"
+        kwargs = dict(drafter=drafter, draft_len=draft_len, device=device, verify=settings.verify)
+        if schedule:
+            kwargs["draft_len_schedule"] = schedule
         self.settings = settings
-        self.pipeline = load_pipeline(str(bundle.target), str(bundle.draft) if bundle.draft else None, **kwargs)
+        self.metrics = metrics if metrics is not None else NoMetrics()
+        self.pipeline = load_pipeline(str(bundle.target), draft, **kwargs)
         self.tokenizer = self.pipeline.tokenizer
         self.engine = self._new_engine()
         self._ids = itertools.count()
@@ -127,9 +148,6 @@ class ReferenceBackend:
     def submit(self, request: GenerationRequest, emit: Emit,
                cancelled: Callable[[], bool] | None = None) -> None:
         """Queue a request; :class:`RequestError` (before queueing) for a prompt that is too long."""
-        if request.temperature > 0 and self.pipeline.spec.verify == "greedy":
-            raise RequestError(f"sampling_param_temperature: this model verifies greedily; expected 0, got "
-                               f"{request.temperature}")
         prompt_ids = self.encode(request.prompt)
         if not prompt_ids:
             raise RequestError("text_input: the prompt encodes to no tokens")
@@ -159,10 +177,10 @@ class ReferenceBackend:
 
     # -- the engine thread ----------------------------------------------------------------------
     def _params(self, r: GenerationRequest):
-        """The runtime's ``SamplingParams`` (with the pipeline's stop tokens). The engine has one random
-        stream (seeded at load), so a request's ``seed`` does not reseed it."""
+        """The runtime's ``SamplingParams`` (with the pipeline's stop tokens); ``seed`` None lets the
+        engine derive one from its arrival index."""
         return self.pipeline.params(max_new_tokens=r.max_tokens, temperature=r.temperature, top_k=r.top_k,
-                                    top_p=r.top_p)
+                                    top_p=r.top_p, seed=r.seed)
 
     @staticmethod
     def _send(active: _Active, chunk: Chunk) -> None:
@@ -172,6 +190,7 @@ class ReferenceBackend:
             log.exception("sending a response failed")
 
     def _finish_error(self, active: _Active, message: str) -> None:
+        self.metrics.finished("failure", active.new_tokens)
         self._send(active, Chunk(text="", final=True, error=message))
 
     def _admit(self) -> None:
@@ -195,9 +214,12 @@ class ReferenceBackend:
             if gone:
                 self.engine.abort(rid)
                 del self._active[rid]
+                self.metrics.finished("cancelled", active.new_tokens)
                 self._send(active, Chunk(text="", final=True, error="request cancelled by the client", cancelled=True))
 
     def _loop(self) -> None:
+        import time
+
         steps = 0
         while True:
             with self._cond:
@@ -209,8 +231,10 @@ class ReferenceBackend:
             if steps % self.CANCEL_POLL_STEPS == 0:
                 self._drop_cancelled()
             if not self._active:
+                self.metrics.running(0)
                 continue
             steps += 1
+            t0 = time.perf_counter()
             try:
                 outputs = self.engine.step()
             except Exception as e:  # fail the batch, keep serving with a fresh engine
@@ -220,11 +244,24 @@ class ReferenceBackend:
                     self._finish_error(active, f"generation failed: {type(e).__name__}: {e}")
                 self.engine = self._new_engine()
                 continue
+            counts = [self._step_counts(o) for o in outputs]
+            self.metrics.record_step(time.perf_counter() - t0, [c for c in counts if c is not None])
             for out in outputs:
                 active = self._active.get(out.request_id)
                 if active is None:
                     continue
                 self._deliver(out, active)
+            self.metrics.running(len(self._active))
+
+    def _step_counts(self, out) -> tuple[int, int] | None:
+        """``(draft_tokens, accepted)`` of this step for ``out``'s request (its stats are cumulative);
+        None for a request no longer served."""
+        now = (_stat(out.stats, "draft_tokens"), _stat(out.stats, "accepted_tokens"))
+        active = self._active.get(out.request_id)
+        if active is None:
+            return None
+        before, active.seen = active.seen, now
+        return now[0] - before[0], now[1] - before[1]
 
     def _deliver(self, out, active: _Active) -> None:
         new_ids = list(out.new_token_ids)
@@ -236,10 +273,32 @@ class ReferenceBackend:
             return
         del self._active[out.request_id]
         rest = active.text.finish()
+        self.metrics.finished("success", active.new_tokens)
         self._send(active, Chunk(text=piece + rest if active.request.stream else active.text.emitted, final=True,
                                  accepted_draft_tokens=_stat(out.stats, "accepted_tokens", "accepted_draft_tokens"),
                                  draft_tokens=_stat(out.stats, "draft_tokens", "drafted_tokens"),
                                  output_tokens=active.new_tokens))
+
+
+def trtllm_sampling_kwargs(r: GenerationRequest) -> dict:
+    """Keyword arguments of ``tensorrt_llm.SamplingParams`` for one request.
+
+    Field names are those of TensorRT-LLM's ``tensorrt_llm/sampling_params.py`` (``max_tokens``,
+    ``temperature``, ``top_k``, ``top_p``, ``seed``, ``return_perf_metrics``). Its ``None`` means "the
+    runtime default", which for ``temperature`` is 1.0, so greedy is sent as ``temperature=0.0``
+    (TensorRT-LLM's greedy) and the sampling knobs only when they are set: ``top_k`` when > 0,
+    ``top_p`` when < 1, ``seed`` when the request gave one. ``return_perf_metrics`` is always on: the
+    metrics endpoint counts every request's draft and accepted tokens.
+    """
+    kw: dict = {"max_tokens": r.max_tokens, "temperature": float(r.temperature), "return_perf_metrics": True}
+    if r.temperature > 0:
+        if r.top_k > 0:
+            kw["top_k"] = int(r.top_k)
+        if r.top_p < 1.0:
+            kw["top_p"] = float(r.top_p)
+        if r.seed is not None:
+            kw["seed"] = int(r.seed)
+    return kw
 
 
 class TrtllmBackend:
@@ -247,7 +306,7 @@ class TrtllmBackend:
 
     name = "tensorrt_llm"
 
-    def __init__(self, bundle: BundleLayout, settings: ModelSettings) -> None:
+    def __init__(self, bundle: BundleLayout, settings: ModelSettings, metrics=None) -> None:
         import asyncio
 
         from tensorrt_llm import LLM
@@ -265,6 +324,7 @@ class TrtllmBackend:
         except ImportError:
             pass
         self.settings = settings
+        self.metrics = metrics if metrics is not None else NoMetrics()
         self.llm = LLM(model=str(bundle.target), **options)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="trtllm-loop", daemon=True)
@@ -279,8 +339,7 @@ class TrtllmBackend:
         from tensorrt_llm import SamplingParams
 
         try:
-            params = SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p,
-                                    top_k=r.top_k or None, seed=r.seed, return_perf_metrics=r.perf_metrics)
+            params = SamplingParams(**trtllm_sampling_kwargs(r))
             sent, output = "", None
             promise = self.llm.generate_async(r.prompt, params, streaming=r.stream)
             if r.stream:
@@ -294,12 +353,15 @@ class TrtllmBackend:
             text = output.outputs[0].text if output is not None else ""
             metrics = getattr(output.outputs[0], "request_perf_metrics", None) if output is not None else None
             spec = getattr(metrics, "speculative_decoding", None)
-            emit(Chunk(text=text[len(sent):] if r.stream else text, final=True,
-                       accepted_draft_tokens=_stat(spec, "total_accepted_draft_tokens"),
-                       draft_tokens=_stat(spec, "total_draft_tokens"),
-                       output_tokens=len(output.outputs[0].token_ids) if output is not None else 0))
+            drafted, accepted = _stat(spec, "total_draft_tokens"), _stat(spec, "total_accepted_draft_tokens")
+            n_out = len(output.outputs[0].token_ids) if output is not None else 0
+            self.metrics.record_totals(drafted, accepted)
+            self.metrics.finished("success", n_out)
+            emit(Chunk(text=text[len(sent):] if r.stream else text, final=True, accepted_draft_tokens=accepted,
+                       draft_tokens=drafted, output_tokens=n_out))
         except Exception as e:
             log.exception("tensorrt_llm request failed")
+            self.metrics.finished("failure")
             emit(Chunk(text="", final=True, error=f"generation failed: {type(e).__name__}: {e}"))
 
     def shutdown(self, timeout: float = 10.0) -> None:
@@ -308,14 +370,16 @@ class TrtllmBackend:
         self.llm.shutdown()
 
 
-def load_backend(bundle: BundleLayout, settings: ModelSettings):
-    """The backend :func:`choose_backend` picks, and the reason; logs the choice."""
+def load_backend(bundle: BundleLayout, settings: ModelSettings, metrics=None):
+    """The backend :func:`choose_backend` picks, and the reason; logs the choice. ``metrics``: a
+    :class:`~trtspec.triton.metrics.SpecMetrics`, or None for none."""
     name, reason = choose_backend(settings)
     if name == "tensorrt_llm":
         log.info("trtspec Triton model: serving %s with tensorrt_llm (%s)", bundle.root, reason)
-        return TrtllmBackend(bundle, settings), reason
-    backend = ReferenceBackend(bundle, settings)
-    log.info("trtspec Triton model: serving %s with trtspec (%s) on %s, drafter %s, draft_len %d%s",
-             bundle.root, reason, backend.device, bundle.drafter, bundle.draft_len,
-             f", schedule {bundle.draft_len_schedule}" if bundle.draft_len_schedule else "")
+        return TrtllmBackend(bundle, settings, metrics), reason
+    backend = ReferenceBackend(bundle, settings, metrics)
+    spec = backend.pipeline.spec
+    log.info("trtspec Triton model: serving %s with trtspec (%s) on %s, drafter %s, draft_len %d%s, verify %s",
+             bundle.root, reason, backend.device, backend.pipeline.drafter.name, spec.draft_len,
+             f", schedule {dict(spec.draft_len_schedule)}" if spec.draft_len_schedule else "", spec.verify)
     return backend, reason

@@ -11,7 +11,7 @@ input                                  dtype     meaning (default)
 ``sampling_param_temperature``         FP32      0 = greedy (0.0)
 ``sampling_param_top_p``               FP32      nucleus mass in (0, 1] (1.0)
 ``sampling_param_top_k``               INT32     0 = off (0)
-``sampling_param_seed``                UINT64    sampling seed (0)
+``sampling_param_seed``                UINT64    the request's random stream (absent: one per request)
 ``stream``                             BOOL      one response per new piece of text (false)
 ``sampling_param_return_perf_metrics`` BOOL      add the speculative-decoding outputs (false)
 =====================================  ========  ====================================================
@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+#: Verification methods of the trtspec runtime (``trtspec.runtime.params.VERIFY_METHODS``).
+VERIFY_METHODS = ("greedy", "sample", "block")
 #: (name, Triton dtype, optional) of every input, in config order.
 INPUTS: tuple[tuple[str, str, bool], ...] = (
     ("text_input", "TYPE_STRING", False),
@@ -65,6 +67,12 @@ class ModelSettings:
         max_active: requests the trtspec engine decodes together (continuous batching). Default 64.
         device: where the trtspec runtime runs: ``auto`` (``cuda`` when torch sees a GPU, else ``cpu``),
             ``cpu`` or ``cuda``. Default ``auto``.
+        verify: how the trtspec runtime verifies drafts: ``greedy`` (greedy requests exactly; a step
+            holding a sampled request is verified by ``sample``), ``sample`` (token-level lossless
+            rejection sampling, chains and trees) or ``block`` (block verification, chains only).
+            Greedy requests give the same text under all three. Default ``greedy``.
+        draft_len: None = the bundle's speculation (``max_draft_len`` and ``draft_len_schedule``);
+            0 = none (plain decoding of the target); n >= 1 = a fixed draft length n. Default None.
     """
 
     bundle: Path
@@ -75,11 +83,18 @@ class ModelSettings:
     max_prompt_bytes: int = 65536
     max_active: int = 64
     device: str = "auto"
+    verify: str = "greedy"
+    draft_len: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bundle", Path(self.bundle))
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device: expected auto, cpu or cuda, got {self.device!r}")
+        if self.verify not in VERIFY_METHODS:
+            raise ValueError(f"verify: expected one of {', '.join(VERIFY_METHODS)}, got {self.verify!r}")
+        if self.draft_len is not None and (isinstance(self.draft_len, bool) or not isinstance(self.draft_len, int)
+                                           or self.draft_len < 0):
+            raise ValueError(f"draft_len: expected null (the bundle's) or an integer >= 0, got {self.draft_len!r}")
         if self.backend not in ("auto", "tensorrt_llm", "trtspec"):
             raise ValueError(f"backend: expected auto, tensorrt_llm or trtspec, got {self.backend!r}")
         for name in ("default_max_tokens", "max_tokens_limit", "max_prompt_tokens", "max_prompt_bytes", "max_active"):
@@ -94,7 +109,8 @@ class ModelSettings:
         return {"bundle": bundle if bundle is not None else str(self.bundle), "backend": self.backend,
                 "default_max_tokens": self.default_max_tokens, "max_tokens_limit": self.max_tokens_limit,
                 "max_prompt_tokens": self.max_prompt_tokens, "max_prompt_bytes": self.max_prompt_bytes,
-                "max_active": self.max_active, "device": self.device}
+                "max_active": self.max_active, "device": self.device, "verify": self.verify,
+                "draft_len": self.draft_len}
 
     @classmethod
     def load(cls, path: Path) -> "ModelSettings":
@@ -116,14 +132,15 @@ class ModelSettings:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One validated request. ``max_tokens`` new tokens; ``temperature`` 0 = greedy."""
+    """One validated request. ``max_tokens`` new tokens; ``temperature`` 0 = greedy; ``seed`` None =
+    none given (the engine picks one per request)."""
 
     prompt: str
     max_tokens: int
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
-    seed: int = 0
+    seed: int | None = None
     stream: bool = False
     perf_metrics: bool = False
 
@@ -180,9 +197,13 @@ def parse_request(inputs: Mapping[str, Any], settings: ModelSettings) -> Generat
     top_k = int(get("sampling_param_top_k", 0))
     if top_k < 0:
         raise RequestError(f"sampling_param_top_k: expected >= 0 (0 = off), got {top_k}")
-    seed = int(get("sampling_param_seed", 0))
-    if seed < 0:
-        raise RequestError(f"sampling_param_seed: expected >= 0, got {seed}")
+    seed = get("sampling_param_seed", None)
+    if seed is not None:
+        if isinstance(seed, float) and not seed.is_integer():
+            raise RequestError(f"sampling_param_seed: expected an integer, got {seed}")
+        seed = int(seed)
+        if not 0 <= seed < 1 << 64:
+            raise RequestError(f"sampling_param_seed: expected 0..2**64-1, got {seed}")
     return GenerationRequest(prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                              top_k=top_k, seed=seed, stream=bool(get("stream", False)),
                              perf_metrics=bool(get("sampling_param_return_perf_metrics", False)))

@@ -6,8 +6,8 @@ visible, else through the trtspec runtime with continuous batching, and logs whi
 
 Decoupled: each request gets its responses from a backend thread through its response sender,
 one per new piece of text when ``stream`` is true, else a single one. A bad request gets a
-``TritonError`` response for that request only. Counters of requests, generated, drafted and
-accepted tokens join Triton's Prometheus ``/metrics`` (:data:`METRICS`).
+``TritonError`` response for that request only. Speculative-decoding metrics
+(:mod:`trtspec.triton.metrics`) join Triton's Prometheus ``/metrics`` through ``pb_utils.MetricFamily``.
 """
 import json
 import logging
@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtspec.triton.backends import load_backend
+from trtspec.triton.backends import load_backend, speculation
 from trtspec.triton.bundle import read_bundle
+from trtspec.triton.metrics import NoMetrics, SpecMetrics
 from trtspec.triton.protocol import INPUTS, ModelSettings, RequestError, parse_request
 
 _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -37,36 +38,21 @@ class _TritonLog(logging.Handler):
             pb_utils.Logger.log_info(message)
 
 
-#: Prometheus counters this model adds to Triton's /metrics (name -> help).
-METRICS = {
-    "trtspec_requests_total": "Requests finished, by outcome (success | failure | cancelled)",
-    "trtspec_output_tokens_total": "Generated tokens of successful requests",
-    "trtspec_draft_tokens_total": "Draft tokens proposed for successful requests",
-    "trtspec_accepted_draft_tokens_total": "Draft tokens accepted for successful requests",
-}
+def _metrics(model_name, max_draft_len):
+    """SpecMetrics on ``pb_utils.MetricFamily`` (NoMetrics where this Triton lacks the metrics API)."""
+    if not hasattr(pb_utils, "MetricFamily"):
+        return NoMetrics()
+    kinds = {"counter": pb_utils.MetricFamily.COUNTER, "gauge": pb_utils.MetricFamily.GAUGE,
+             "histogram": pb_utils.MetricFamily.HISTOGRAM}
+    families = {}
 
+    def make(kind, name, description, labels, buckets):
+        family = families.get(name)
+        if family is None:
+            family = families[name] = pb_utils.MetricFamily(name=name, description=description, kind=kinds[kind])
+        return family.Metric(labels=labels) if buckets is None else family.Metric(labels=labels, buckets=buckets)
 
-class _Counters:
-    """The METRICS counters for one model (no-ops where this Triton lacks the metrics API)."""
-
-    def __init__(self, model_name):
-        self.metrics = {}
-        if not hasattr(pb_utils, "MetricFamily"):
-            return
-        self._families = {name: pb_utils.MetricFamily(name=name, description=text, kind=pb_utils.MetricFamily.COUNTER)
-                          for name, text in METRICS.items()}
-        labels = {"model": model_name}
-        for name, family in self._families.items():
-            if name == "trtspec_requests_total":
-                for outcome in ("success", "failure", "cancelled"):
-                    self.metrics[(name, outcome)] = family.Metric(labels=dict(labels, outcome=outcome))
-            else:
-                self.metrics[(name, None)] = family.Metric(labels=labels)
-
-    def add(self, name, value, outcome=None):
-        metric = self.metrics.get((name, outcome))
-        if metric is not None and value:
-            metric.increment(value)
+    return SpecMetrics(make, model_name, max_draft_len)
 
 
 class TritonPythonModel:
@@ -84,8 +70,9 @@ class TritonPythonModel:
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.settings = ModelSettings.load(version_dir / "model.yaml")
         bundle = read_bundle(self.settings.bundle)
-        self.backend, _ = load_backend(bundle, self.settings)
-        self.counters = _Counters(args["model_name"])
+        draft_len, schedule = speculation(bundle, self.settings)
+        self.metrics = _metrics(args["model_name"], max([draft_len, *(schedule or {}).values()]))
+        self.backend, _ = load_backend(bundle, self.settings, self.metrics)
 
     def execute(self, requests):
         for request in requests:
@@ -100,31 +87,31 @@ class TritonPythonModel:
                 self.backend.submit(parsed, partial(self._respond, sender, parsed.perf_metrics),
                                     cancelled=getattr(request, "is_cancelled", None))
             except RequestError as e:
-                self._fail(sender, str(e))
+                self._refuse(sender, str(e))
             except Exception as e:  # an unexpected failure still ends only this request
                 self.log.exception("request failed")
-                self._fail(sender, f"{type(e).__name__}: {e}")
+                self._refuse(sender, f"{type(e).__name__}: {e}")
         return None
 
     def _shape(self):
         return (1, 1) if self.batched else (1,)
 
-    def _fail(self, sender, message, outcome="failure"):
-        self.counters.add("trtspec_requests_total", 1, outcome)
+    def _refuse(self, sender, message):
+        """A request refused before it reached the backend (which counts the others' outcomes)."""
+        self.metrics.finished("failure")
+        self._fail(sender, message)
+
+    @staticmethod
+    def _fail(sender, message):
         sender.send(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message)), flags=_FINAL)
 
     def _respond(self, sender, perf_metrics, chunk):
         """Send one chunk (called from a backend thread)."""
         if chunk.error is not None:
-            self._fail(sender, chunk.error, "cancelled" if chunk.cancelled else "failure")
+            self._fail(sender, chunk.error)
             return
         shape = self._shape()
         tensors = [pb_utils.Tensor("text_output", np.array([chunk.text.encode("utf-8")], dtype=np.object_).reshape(shape))]
-        if chunk.final:
-            self.counters.add("trtspec_requests_total", 1, "success")
-            self.counters.add("trtspec_output_tokens_total", chunk.output_tokens)
-            self.counters.add("trtspec_draft_tokens_total", chunk.draft_tokens)
-            self.counters.add("trtspec_accepted_draft_tokens_total", chunk.accepted_draft_tokens)
         if chunk.final and perf_metrics:
             tensors += [
                 pb_utils.Tensor("acceptance_rate", np.full(shape, chunk.acceptance_rate, dtype=np.float32)),
