@@ -1,5 +1,6 @@
 """TritonRunner against trtspec's Triton model served by a real tritonserver (skipped without one):
-its per-request acceptance outputs must equal the local runtime's counters on the same prompts."""
+the acceptance it reads from the model's Prometheus counters must equal the local runtime's own
+counters on the same prompts (steps, accepted tokens, per-position counts, per category)."""
 from __future__ import annotations
 
 import pytest
@@ -42,20 +43,33 @@ def served(tmp_path_factory):
     srv.stop()
 
 
-def test_triton_runner_counts_equal_local_runtime(served):
+def test_triton_runner_reads_acceptance_from_metrics(served):
     root, srv = served
     prompts = [ds.Prompt(f"q{i}", cat, "", (text,), "", "", "", False)
                for i, (cat, text) in enumerate([("coding", "def f(x):"), ("coding", "import os\n"),
                                                 ("qa", "What is a list?"), ("qa", "class A:")])]
     cfg = RunConfig(max_new_tokens=12, concurrency=2)
-    trt = TritonRunner(srv.grpc_url, MODEL, draft_len=D).run(prompts, cfg)
+    runner = TritonRunner(srv.grpc_url, MODEL, draft_len=D, metrics_url=srv.metrics_url)
+    trt = runner.run(prompts, cfg)
     local = LocalRunner.load(root / "target", root / "draft", draft_len=D).run(prompts, RunConfig(max_new_tokens=12))
-    by_id = {r.question_id: r for r in local.records}
-    for r in trt.records:
-        ref = by_id[r.question_id]
-        assert r.accepted_tokens == ref.accepted_tokens
-        assert r.draft_tokens == ref.draft_tokens
-        assert trt.texts[r.question_id] == local.texts[r.question_id]
+    assert trt.texts == local.texts
+    assert all(r.num_drafts == 0 and r.accepted_per_pos is None for r in trt.records)  # nothing summed per response
+    for category in ("coding", "qa"):
+        recs = [r for r in local.records if r.category == category]
+        d = trt.category_deltas[category]
+        assert d.exact and d.num_steps == sum(r.num_drafts for r in recs)
+        assert d.accepted_tokens == sum(r.accepted_tokens for r in recs)
+        assert d.draft_tokens == sum(r.draft_tokens for r in recs)
+        per_pos = [sum(r.accepted_per_pos[k] if k < len(r.accepted_per_pos) else 0 for r in recs) for k in range(D)]
+        assert d.accepted_per_pos[:D] == per_pos
     prof = build_run_profile(trt, drafter="draft_model", draft_len=D)
-    assert prof.overall.rates_fitted and set(prof.per_category) == {"coding", "qa"}
-    assert 1.0 <= prof.overall.mean_al <= D + 1
+    ref = build_run_profile(local, drafter="draft_model", draft_len=D)
+    assert set(prof.per_category) == {"coding", "qa"}
+    assert prof.overall.mean_al == pytest.approx(ref.overall.mean_al)
+    assert prof.overall.rates == pytest.approx(ref.overall.rates)
+
+
+def test_triton_runner_default_metrics_url_and_bad_url():
+    assert TritonRunner("10.0.0.5:8001", MODEL, draft_len=2).metrics_url == "http://10.0.0.5:8002/metrics"
+    with pytest.raises(ValueError, match="host:port of Triton's gRPC endpoint"):
+        TritonRunner("http://localhost:8001", MODEL, draft_len=2)

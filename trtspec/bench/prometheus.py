@@ -14,6 +14,9 @@ Metric names read (``_total`` is the counter sample suffix in the text format):
   (counters), ``trtllm_spec_decode_acceptance_length`` (gauge). With no steps counter, steps are
   ``draft tokens / draft_len`` for a fixed draft length (``draft_len`` must be given); without it
   the gauge's value after the run is used (marked approximate).
+* trtspec (its Triton model, :mod:`trtspec.triton.metrics`): ``trtspec_spec_decode_num_drafts``,
+  ``..._num_draft_tokens``, ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``
+  (label ``position``, 0-based), vLLM's rules. Exact: steps, per-position.
 * SGLang: ``sglang:spec_accept_length`` (a gauge of the recent mean AL, or a histogram in builds
   that export one), with ``sglang:spec_verify_calls`` and ``sglang:generation_tokens`` counters
   when present (then AL = generated tokens / verify calls, exact over the run); otherwise the
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ENGINES = ("vllm", "trtllm", "sglang")
+ENGINES = ("vllm", "trtllm", "sglang", "trtspec")
 _POSITION_LABELS = ("position", "token_position", "pos")
 
 
@@ -49,15 +52,17 @@ class SpecCounters:
 
 
 def detect_engine(text: str) -> str:
-    """'vllm', 'trtllm' or 'sglang' from the metric names present."""
+    """'vllm', 'trtllm', 'sglang' or 'trtspec' from the metric names present."""
     if "vllm:spec_decode" in text:
         return "vllm"
     if "trtllm_spec_decode" in text:
         return "trtllm"
     if "sglang:spec_" in text:
         return "sglang"
+    if "trtspec_spec_decode" in text:
+        return "trtspec"
     raise MetricsError("no speculative-decoding metrics found (expected vllm:spec_decode_*, "
-                       "trtllm_spec_decode_* or sglang:spec_*); is speculative decoding enabled?")
+                       "trtllm_spec_decode_*, sglang:spec_* or trtspec_spec_decode_*); is speculative decoding enabled?")
 
 
 def _samples(text: str):
@@ -77,25 +82,28 @@ def _position(labels: dict[str, str]) -> int | None:
     return None
 
 
-def parse_metrics(text: str, engine: str = "auto") -> SpecCounters:
-    """Parse Prometheus exposition text into :class:`SpecCounters` for ``engine`` (or detected)."""
+def parse_metrics(text: str, engine: str = "auto", *, labels: dict[str, str] | None = None) -> SpecCounters:
+    """Parse Prometheus exposition text into :class:`SpecCounters` for ``engine`` (or detected);
+    ``labels``: keep only samples carrying these label values (e.g. ``{"model": "trtspec"}``)."""
     if engine == "auto":
         engine = detect_engine(text)
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}: expected 'auto' or one of {ENGINES}")
-    prefix = {"vllm": "vllm:spec_decode_", "trtllm": "trtllm_spec_decode_", "sglang": "sglang:"}[engine]
+    prefix = {"vllm": "vllm:spec_decode_", "trtllm": "trtllm_spec_decode_", "sglang": "sglang:",
+              "trtspec": "trtspec_spec_decode_"}[engine]
+    want = dict(labels or {})
     sums: dict[str, float] = {}
     per_pos: dict[int, float] = {}
     drafted_pos: dict[int, float] = {}
     found = False
-    for _ftype, name, labels, value in _samples(text):
-        if not name.startswith(prefix):
+    for _ftype, name, sample_labels, value in _samples(text):
+        if not name.startswith(prefix) or any(sample_labels.get(k) != v for k, v in want.items()):
             continue
         key = name[len(prefix):]
         if engine == "sglang" and not (key.startswith("spec_") or key in ("generation_tokens", "num_requests")):
             continue
         found = found or engine != "sglang" or key.startswith("spec_")
-        pos = _position(labels)
+        pos = _position(sample_labels)
         if pos is not None and key in ("num_accepted_tokens_per_pos", "num_accepted_tokens", "accepted_tokens"):
             per_pos[pos] = per_pos.get(pos, 0.0) + value
             continue
@@ -104,7 +112,8 @@ def parse_metrics(text: str, engine: str = "auto") -> SpecCounters:
             continue
         sums[key] = sums.get(key, 0.0) + value
     if not found:
-        raise MetricsError(f"no {prefix}* speculative-decoding metrics in the scrape (engine={engine})")
+        raise MetricsError(f"no {prefix}* speculative-decoding metrics in the scrape (engine={engine}"
+                           f"{', labels ' + str(want) if want else ''})")
     if per_pos:
         base = min(per_pos)  # 0-based (vLLM) or 1-based labels
         per_pos = {k - base: v for k, v in per_pos.items()}

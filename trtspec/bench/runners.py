@@ -5,8 +5,9 @@
 * :class:`OpenAIRunner` - a running server's ``/v1/completions`` with ``concurrency`` client
   threads; acceptance comes from the server's Prometheus ``/metrics`` scraped before and after
   each category (counters are global, so categories run one after another).
-* :class:`TritonRunner` - trtspec's Triton model through ``tritonclient`` (gRPC stream), reading the
-  outputs ``text_output``, ``acceptance_rate``, ``total_accepted_draft_tokens``, ``total_draft_tokens``.
+* :class:`TritonRunner` - trtspec's Triton model through ``tritonclient`` (gRPC stream); acceptance
+  comes from the model's ``trtspec_spec_decode_*`` counters on Triton's ``/metrics``, scraped before
+  and after each category (steps and per-position counts, exact).
 
 Multi-turn questions are answered turn by turn (each turn sees the earlier answers); a question's
 counters are the sums over its turns.
@@ -289,21 +290,25 @@ TRITON_OUTPUTS = ("text_output", "acceptance_rate", "total_accepted_draft_tokens
 
 class TritonRunner:
     """Sends each turn to Triton model ``model`` over gRPC streaming (``url`` = host:port; the
-    trtspec model is decoupled), with ``stream`` false and ``sampling_param_return_perf_metrics``
-    true, and reads ``text_output``, ``total_accepted_draft_tokens``, ``total_draft_tokens``.
+    trtspec model is decoupled), with ``stream`` false, and reads ``text_output``.
 
-    Steps per request are ``total_draft_tokens / draft_len`` (fixed D); per-position rates are not
-    reported, so the profile's a_k are the constant fitted to mean AL. Output tokens are counted
-    with ``tokenizer`` when given, else taken as steps + accepted (one token per step plus the
-    accepted drafts).
+    Acceptance comes from the model's speculative-decoding counters on ``metrics_url`` (default
+    ``http://<host of url>:8002/metrics``, Triton's metrics port), label ``model`` = ``model``,
+    scraped before and after each category (categories run one after another; other traffic to the
+    same model in that window is counted too). Output tokens are counted with ``tokenizer`` when
+    given, else taken from the responses' ``total_draft_tokens / draft_len + total_accepted_draft_tokens``
+    (one token per step plus the accepted drafts; exact for a fixed D without early stops).
     """
 
     def __init__(self, url: str, model: str, *, draft_len: int, tokenizer: Any = None, chat: Any = None,
-                 timeout: float = 600.0):
+                 timeout: float = 600.0, metrics_url: str | None = None):
         if draft_len < 1:
             raise ValueError(f"draft_len={draft_len}: expected >= 1")
+        if not url or url.startswith(("http://", "https://")) or ":" not in url:
+            raise ValueError(f"url={url!r}: expected host:port of Triton's gRPC endpoint")
         self.url, self.model, self.draft_len = url, model, draft_len
         self.tokenizer, self.chat, self.timeout = tokenizer, chat, timeout
+        self.metrics_url = metrics_url or f"http://{url.rsplit(':', 1)[0]}:8002/metrics"
 
     def inputs(self, text: str, cfg: RunConfig, batched: bool) -> list:
         """The request tensors (shape ``[1, 1]`` for a batching model, else ``[1]``)."""
@@ -377,25 +382,31 @@ class TritonRunner:
                 enc = self.tokenizer.encode(text)
                 tokens += len(getattr(enc, "ids", enc))
         client.close()
-        steps = round(drafted / self.draft_len)
         if self.tokenizer is None:
-            tokens = steps + acc
-        rec = M.RequestRecord(p.question_id, p.category, steps, min(acc, steps * self.draft_len), None, tokens,
-                              time.perf_counter() - start, drafted)
-        return rec, answers
+            tokens = round(drafted / self.draft_len) + acc
+        return M.RequestRecord(p.question_id, p.category, 0, 0, None, tokens, time.perf_counter() - start), answers
+
+    def _scrape(self):
+        return parse_metrics(scrape(self.metrics_url), "trtspec", labels={"model": self.model})
 
     def run(self, prompts: Sequence[Prompt], cfg: RunConfig, *, progress: Callable[[int], None] | None = None) -> RunOutput:
-        records, texts = [], {}
+        groups: dict[str, list[Prompt]] = {}
+        for p in prompts:
+            groups.setdefault(p.category, []).append(p)
+        records, texts, deltas = [], {}, {}
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
-            for rec, answers in pool.map(lambda q: self._question(q, cfg), prompts):
-                records.append(rec)
-                texts[rec.question_id] = answers
-                if progress is not None:
-                    progress(1)
-        return RunOutput(records, time.perf_counter() - t0, texts,
-                         source=f"Triton model {self.model!r} at {self.url} (gRPC): total_accepted_draft_tokens / "
-                                f"total_draft_tokens outputs, D={self.draft_len}")
+            for category, group in groups.items():
+                before = self._scrape()
+                for rec, answers in pool.map(lambda q: self._question(q, cfg), group):
+                    records.append(rec)
+                    texts[rec.question_id] = answers
+                    if progress is not None:
+                        progress(1)
+                deltas[category] = delta(before, self._scrape())
+        return RunOutput(records, time.perf_counter() - t0, texts, deltas,
+                         source=f"Triton model {self.model!r} at {self.url} (gRPC); acceptance from its "
+                                f"trtspec_spec_decode_* counters at {self.metrics_url}, scraped before/after each category")
 
 
 # ----------------------------------------------------------------------------------------------

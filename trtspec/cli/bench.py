@@ -38,7 +38,8 @@ def _csv(values) -> str:
 @click.option("--server", default=None, help="Base URL of an OpenAI-compatible server (http://host:port) instead of "
               "the local runtime; acceptance comes from its Prometheus /metrics.")
 @click.option("--model", "server_model", default=None, help="Model name sent to --server (or the Triton model name).")
-@click.option("--metrics-url", default=None, help="Prometheus endpoint [default: <server>/metrics].")
+@click.option("--metrics-url", default=None, help="Prometheus endpoint [default: <server>/metrics; for --triton "
+              "http://<its host>:8002/metrics].")
 @click.option("--engine", type=click.Choice(ENGINES), **_b("engine"))
 @click.option("--triton", default=None, help="host:port of Triton's gRPC endpoint serving trtspec's model "
               "(--model names it, default 'trtspec').")
@@ -140,7 +141,8 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
         runner = OpenAIRunner(server, server_model, metrics_url=metrics_url, engine=cfg.engine,
                               draft_len=cfg.draft_len, chat=chat)
     elif triton:
-        runner = TritonRunner(triton, server_model or "trtspec", draft_len=cfg.draft_len, tokenizer=tok, chat=chat)
+        runner = TritonRunner(triton, server_model or "trtspec", draft_len=cfg.draft_len, tokenizer=tok, chat=chat,
+                              metrics_url=metrics_url)
     else:
         try:
             runner = LocalRunner.load(target, draft, drafter=cfg.drafter, draft_len=cfg.draft_len, verify=cfg.verify,
