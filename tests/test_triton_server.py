@@ -1,8 +1,10 @@
 """A real tritonserver serving a trtspec bundle on loopback (marker ``tritonserver``).
 
-One server is shared by the module. The bundle is a tiny random Llama target with a perturbed
+One server is shared by the module; its repository holds the bundle twice: ``trtspec`` (default
+settings: greedy requests verified greedily, sampled steps by ``verify_sample``) and
+``trtspec_block`` (block verification). The bundle is a tiny random Llama target with a perturbed
 copy as draft (partial acceptance) and a byte-level tokenizer, so generations are cheap on CPU;
-every text is compared with the trtspec runtime's own greedy output for the same prompt.
+every text is compared with the trtspec runtime's own output for the same prompt (and seed).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from trtspec.triton.server import ServerNotFoundError, TritonServer, find_server
 pytestmark = pytest.mark.tritonserver
 
 MODEL = "trtspec"
+BLOCK_MODEL = "trtspec_block"
 NEW_TOKENS = 24
 PROMPTS = [f"{word} {i}: " for i, word in enumerate(
     ["def", "class", "import", "return", "while", "print", "lambda", "yield"] * 16)]  # 128 different prompts
@@ -95,21 +98,39 @@ def greedy(pipeline):
     return {p: g.text for p, g in zip(PROMPTS, pipeline.generate(PROMPTS, max_new_tokens=NEW_TOKENS))}
 
 
+def runtime_texts(pipeline, requests: list[dict]) -> list[str]:
+    """The runtime's own texts for request payloads (sampling fields and seeds per request), in one batch."""
+    eng = pipeline.engine(max_batch_size=len(requests))
+    out: dict[int, list[int]] = {i: [] for i in range(len(requests))}
+    for i, r in enumerate(requests):
+        eng.add_request(i, pipeline.tokenizer.encode(r["text_input"]), pipeline.params(
+            max_new_tokens=r.get("sampling_param_max_tokens", NEW_TOKENS),
+            temperature=r.get("sampling_param_temperature", 0.0), top_k=r.get("sampling_param_top_k", 0),
+            top_p=r.get("sampling_param_top_p", 1.0), seed=r.get("sampling_param_seed")))
+    while eng.has_work():
+        for o in eng.step():
+            out[o.request_id] += o.new_token_ids
+    return [pipeline.tokenizer.decode(out[i]) for i in range(len(requests))]
+
+
 @pytest.fixture(scope="module")
 def server(bundle, tmp_path_factory):
-    from trtspec.triton.repository import write_repository
+    from dataclasses import replace
+
+    from trtspec.triton.repository import default_settings, write_repository
 
     repo = tmp_path_factory.mktemp("repo")
     write_repository(bundle, repo, MODEL)
+    write_repository(bundle, repo, BLOCK_MODEL, settings=replace(default_settings(bundle), verify="block"))
     srv = TritonServer(repo, install=_server_install(), log_path=repo.parent / "tritonserver.log")
     srv.start(timeout=180)
     yield srv
     srv.stop()
 
 
-def _generate(server, payload: dict, stream: bool = False, timeout: float = 120):
+def _generate(server, payload: dict, stream: bool = False, timeout: float = 120, model: str = MODEL):
     """POST to /generate (-> dict) or /generate_stream (-> list of event dicts); HTTPError on failure."""
-    url = f"http://{server.http_url}/v2/models/{MODEL}/{'generate_stream' if stream else 'generate'}"
+    url = f"http://{server.http_url}/v2/models/{model}/{'generate_stream' if stream else 'generate'}"
     req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -119,7 +140,7 @@ def _generate(server, payload: dict, stream: bool = False, timeout: float = 120)
     return [json.loads(line[len("data: "):]) for line in body.splitlines() if line.startswith("data: ")]
 
 
-def _grpc_stream(server, prompt: bytes, *, max_tokens=NEW_TOKENS, stream=True, perf=False, extra=()):
+def _grpc_stream(server, prompt: bytes, *, max_tokens=NEW_TOKENS, stream=True, perf=False, extra=(), model=MODEL):
     """Send one request over the gRPC stream; return the list of (text, outputs dict) responses, or raise."""
     import tritonclient.grpc as grpcclient
 
@@ -130,7 +151,7 @@ def _grpc_stream(server, prompt: bytes, *, max_tokens=NEW_TOKENS, stream=True, p
     def add(name, dtype, value):
         t = grpcclient.InferInput(name, [1, 1], dtype)
         t.set_data_from_numpy(np.array([[value]], dtype=object if dtype == "BYTES" else None).astype(
-            {"BYTES": object, "INT32": np.int32, "BOOL": bool, "FP32": np.float32}[dtype]))
+            {"BYTES": object, "INT32": np.int32, "BOOL": bool, "FP32": np.float32, "UINT64": np.uint64}[dtype]))
         inputs.append(t)
 
     if prompt is not None:
@@ -143,7 +164,7 @@ def _grpc_stream(server, prompt: bytes, *, max_tokens=NEW_TOKENS, stream=True, p
     outputs = []
     try:
         client.start_stream(callback=lambda result, error: responses.put((result, error)))
-        client.async_stream_infer(MODEL, inputs, enable_empty_final_response=True)
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
         while True:
             result, error = responses.get(timeout=120)
             if error is not None:
@@ -162,9 +183,11 @@ def _grpc_stream(server, prompt: bytes, *, max_tokens=NEW_TOKENS, stream=True, p
 
 # -- loading and matching the runtime ---------------------------------------------------------
 def test_repository_loads_and_logs_backend_choice(server):
-    assert {"name": MODEL, "version": "1", "state": "READY"} in server.models()
+    for model in (MODEL, BLOCK_MODEL):
+        assert {"name": model, "version": "1", "state": "READY"} in server.models()
     log = server.log_path.read_text(errors="replace")
     assert "serving" in log and "with trtspec (" in log  # the choice and its reason, at load
+    assert "draft_len 3, verify greedy" in log and "draft_len 3, verify block" in log
 
 
 def test_http_generate_matches_runtime_greedy(server, greedy):
@@ -232,22 +255,42 @@ def _counters(server) -> dict[str, float]:
             for line in text.splitlines() if line.startswith("trtspec_")}
 
 
-def test_prometheus_counters_follow_requests(server, pipeline):
-    before = _counters(server)
+def _spec(server, model=MODEL):
+    from trtspec.bench.prometheus import parse_metrics, scrape
+
+    return parse_metrics(scrape(server.metrics_url), "trtspec", labels={"model": model})
+
+
+def test_prometheus_metrics_follow_requests(server, pipeline):
+    """Every speculative-decoding metric moves by exactly the runtime's own counts for the request."""
+    before, spec_before = _counters(server), _spec(server)
     prompt = PROMPTS[6]
     out = _generate(server, {"text_input": prompt, "sampling_param_max_tokens": NEW_TOKENS,
                              "sampling_param_return_perf_metrics": True})
     with pytest.raises(urllib.error.HTTPError):
         _generate(server, {"text_input": "", "sampling_param_max_tokens": 4})
-    after = _counters(server)
+    after, spec_after = _counters(server), _spec(server)
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    g = pipeline.generate([prompt], max_new_tokens=NEW_TOKENS)[0]
     label = f'model="{MODEL}"'
-    n_tokens = len(pipeline.generate([prompt], max_new_tokens=NEW_TOKENS)[0].token_ids)
-    assert delta[f"trtspec_draft_tokens_total{{{label}}}"] == out["total_draft_tokens"]
-    assert delta[f"trtspec_accepted_draft_tokens_total{{{label}}}"] == out["total_accepted_draft_tokens"]
-    assert delta[f"trtspec_output_tokens_total{{{label}}}"] == n_tokens
+    assert delta[f"trtspec_spec_decode_num_draft_tokens_total{{{label}}}"] == out["total_draft_tokens"] \
+        == g.stats.draft_tokens > 0
+    assert delta[f"trtspec_spec_decode_num_accepted_tokens_total{{{label}}}"] == out["total_accepted_draft_tokens"] \
+        == g.stats.accepted_tokens
+    assert delta[f"trtspec_spec_decode_num_drafts_total{{{label}}}"] == g.stats.drafts
+    assert delta[f"trtspec_spec_decode_num_steps_total{{{label}}}"] == g.stats.steps
+    assert delta[f"trtspec_generation_tokens_total{{{label}}}"] == len(g.token_ids)
     assert delta[f'trtspec_requests_total{{{label},outcome="success"}}'] == 1
     assert delta[f'trtspec_requests_total{{{label},outcome="failure"}}'] == 1
+    per_pos = [spec_after.accepted_per_pos.get(k, 0) - spec_before.accepted_per_pos.get(k, 0) for k in range(3)]
+    assert per_pos == g.stats.accepted_per_pos + [0] * (3 - len(g.stats.accepted_per_pos))
+    # the AL histogram: one observation per draft, mean = 1 + accepted / drafts; buckets 1..D+1
+    assert delta[f"trtspec_spec_decode_acceptance_length_count{{{label}}}"] == g.stats.drafts
+    assert delta[f"trtspec_spec_decode_acceptance_length_sum{{{label}}}"] == g.stats.drafts + g.stats.accepted_tokens
+    assert after[f'trtspec_spec_decode_acceptance_length_bucket{{{label},le="4"}}'] == \
+        after[f"trtspec_spec_decode_acceptance_length_count{{{label}}}"]
+    assert delta[f"trtspec_spec_decode_step_latency_seconds_count{{{label}}}"] == g.stats.steps  # alone: 1 step each
+    assert after[f"trtspec_num_requests_running{{{label}}}"] == 0
 
 
 def test_cancelled_stream_leaves_the_batch(server):
@@ -255,7 +298,7 @@ def test_cancelled_stream_leaves_the_batch(server):
     import tritonclient.grpc as grpcclient
 
     label = f'model="{MODEL}"'
-    tokens_key = f"trtspec_output_tokens_total{{{label}}}"
+    tokens_key = f"trtspec_generation_tokens_total{{{label}}}"
     long = None
     for prompt in PROMPTS[:16]:  # a prompt whose greedy output runs to the full 256 tokens (no stop token)
         before = _counters(server)
@@ -287,6 +330,12 @@ def test_cancelled_stream_leaves_the_batch(server):
     assert after[key] - before.get(key, 0.0) == 1
     success = f'trtspec_requests_total{{{label},outcome="success"}}'
     assert after[success] == before[success]  # it did not run to completion
+    assert after[tokens_key] - before[tokens_key] < 256
+    running = f"trtspec_num_requests_running{{{label}}}"
+    deadline = time.monotonic() + 10
+    while _counters(server)[running] != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _counters(server)[running] == 0    # the batch is empty again
 
 
 # -- bad requests fail alone -----------------------------------------------------------------------
@@ -298,7 +347,17 @@ def test_cancelled_stream_leaves_the_batch(server):
     ({"text_input": ""}, "text_input: the prompt is empty"),
     ({"text_input": "y" * 300}, "text_input: prompt of 300 tokens exceeds the limit of 256 tokens"),
     ({"text_input": "z" * 70000}, "text_input: prompt of 70000 bytes exceeds the limit"),
-    ({"text_input": "x", "sampling_param_temperature": 0.7}, "sampling_param_temperature"),
+    ({"text_input": "x", "sampling_param_temperature": -0.5},
+     "sampling_param_temperature: expected a finite value >= 0, got -0.5"),
+    ({"text_input": "x", "sampling_param_temperature": 1.0, "sampling_param_top_p": 0.0},
+     "sampling_param_top_p: expected a value in (0, 1], got 0.0"),
+    ({"text_input": "x", "sampling_param_temperature": 1.0, "sampling_param_top_p": 1.5},
+     "sampling_param_top_p: expected a value in (0, 1], got 1.5"),
+    ({"text_input": "x", "sampling_param_top_k": -2}, "sampling_param_top_k: expected >= 0"),
+    # wrong dtypes are refused by Triton's generate endpoint against config.pbtxt, before the model sees them
+    ({"text_input": "x", "sampling_param_max_tokens": "ten"}, "Unable to parse 'data'"),
+    ({"text_input": "x", "sampling_param_max_tokens": 2.5}, "Unable to parse 'data'"),
+    ({"text_input": 7}, "Unable to parse JSON bytes array"),
 ])
 def test_bad_request_fails_alone(server, greedy, payload, message):
     with pytest.raises(urllib.error.HTTPError) as e:
@@ -308,42 +367,121 @@ def test_bad_request_fails_alone(server, greedy, payload, message):
     assert out["text_output"] == greedy[PROMPTS[0]]
 
 
-def test_non_utf8_prompt_fails_alone(server, greedy):
+def test_bad_grpc_requests_fail_alone(server, greedy):
     with pytest.raises(Exception, match="text_input: not valid UTF-8"):
         _grpc_stream(server, b"\xff\xfeabc")
     with pytest.raises(Exception, match="text_input"):
         _grpc_stream(server, None)
+    with pytest.raises(Exception, match="sampling_param_max_tokens: expected 1..256, got 0"):
+        _grpc_stream(server, b"x", max_tokens=0)
+    with pytest.raises(Exception, match="sampling_param_temperature: expected a finite value >= 0, got -1.0"):
+        _grpc_stream(server, b"x", extra=[("sampling_param_temperature", "FP32", -1.0)])
+    with pytest.raises(Exception, match="sampling_param_top_p"):  # wrong dtype: refused by Triton's checks
+        _grpc_stream(server, b"x", extra=[("sampling_param_top_p", "INT32", 1)])
     assert [t for t, _ in _grpc_stream(server, PROMPTS[1].encode(), stream=False)] == [greedy[PROMPTS[1]]]
 
 
+# -- sampling ----------------------------------------------------------------------------------------
+def _sampled(prompt: str, seed: int, **kw) -> dict:
+    return {"text_input": prompt, "sampling_param_max_tokens": NEW_TOKENS, "sampling_param_temperature": 1.0,
+            "sampling_param_top_p": 0.95, "sampling_param_seed": seed, **kw}
+
+
+def test_seeded_sample_same_alone_and_among_15_concurrent(server, pipeline):
+    probe = _sampled(PROMPTS[40], seed=77)
+    alone = _generate(server, probe)["text_output"]
+    assert alone == runtime_texts(pipeline, [probe])[0]          # the runtime's own text for that seed
+    others = [_sampled(PROMPTS[41 + i], seed=i) if i % 2 else
+              {"text_input": PROMPTS[41 + i], "sampling_param_max_tokens": NEW_TOKENS} for i in range(15)]
+    with ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(_generate, server, r) for r in others[:8]]
+        crowded = pool.submit(_generate, server, probe)
+        futures += [pool.submit(_generate, server, r) for r in others[8:]]
+        assert crowded.result()["text_output"] == alone
+        assert [f.result()["text_output"] for f in futures] == runtime_texts(pipeline, others)
+    events = _generate(server, dict(probe, stream=True), stream=True)
+    assert "".join(e["text_output"] for e in events) == alone   # streamed: the same text
+    assert _generate(server, dict(probe, sampling_param_seed=78))["text_output"] != alone
+
+
+def test_block_verification_model_streams_sampled_text(server, pipeline, bundle):
+    from trtspec.runtime import load_pipeline
+    from trtspec.triton.bundle import read_bundle
+
+    b = read_bundle(bundle)
+    block = load_pipeline(str(b.target), str(b.draft), drafter=b.drafter, draft_len=b.draft_len, verify="block")
+    requests = [_sampled(PROMPTS[60 + i], seed=500 + i) for i in range(3)]
+    want = runtime_texts(block, requests)
+    for r, text in zip(requests, want):
+        pieces = [t for t, _ in _grpc_stream(server, r["text_input"].encode(), model=BLOCK_MODEL, extra=[
+            ("sampling_param_temperature", "FP32", 1.0), ("sampling_param_top_p", "FP32", 0.95),
+            ("sampling_param_seed", "UINT64", r["sampling_param_seed"])])]
+        assert "".join(pieces) == text
+    greedy_out = _generate(server, {"text_input": PROMPTS[0], "sampling_param_max_tokens": NEW_TOKENS}, model=BLOCK_MODEL)
+    assert greedy_out["text_output"] == pipeline.generate([PROMPTS[0]], max_new_tokens=NEW_TOKENS)[0].text
+    assert _spec(server, BLOCK_MODEL).accepted_tokens > 0
+
+
 # -- load ------------------------------------------------------------------------------------------
-def test_load_32_clients_no_cross_talk(server, greedy):
-    """32 concurrent clients x 4 requests, each its own prompt; every reply equals its prompt's greedy text."""
+def _client_request(c: int, k: int) -> tuple[str, dict]:
+    """Client c's k-th request: (transport, payload). Transports cycle over HTTP generate, HTTP
+    generate_stream, gRPC stream (streaming) and gRPC (one response); every second client samples."""
+    transport = ("http", "http_stream", "grpc_stream", "grpc")[c % 4]
+    payload = {"text_input": PROMPTS[(c * 2 + k) % len(PROMPTS)], "sampling_param_max_tokens": NEW_TOKENS}
+    if (c // 4) % 2:
+        payload = _sampled(payload["text_input"], seed=1000 * c + k, sampling_param_top_k=50 * (c % 3))
+    return transport, payload
+
+
+def _send(server, transport: str, payload: dict) -> str:
+    if transport.startswith("http"):
+        stream = transport == "http_stream"
+        out = _generate(server, dict(payload, stream=stream) if stream else payload, stream=stream)
+        return "".join(e["text_output"] for e in out) if stream else out["text_output"]
+    extra = [(name, dtype, payload[name]) for name, dtype in (
+        ("sampling_param_temperature", "FP32"), ("sampling_param_top_p", "FP32"), ("sampling_param_top_k", "INT32"),
+        ("sampling_param_seed", "UINT64")) if name in payload]
+    pieces = _grpc_stream(server, payload["text_input"].encode(), stream=transport == "grpc_stream", extra=extra)
+    return "".join(t for t, _ in pieces)
+
+
+def test_load_64_mixed_clients(server, pipeline, greedy):
+    """64 concurrent clients x 2 requests mixing greedy and seeded sampled requests, streaming or not,
+    over the generate endpoints and gRPC: no errors, and every text is the runtime's own for its
+    prompt and seed (greedy ones equal greedy decoding)."""
+    jobs = [(c, k) for c in range(64) for k in range(2)]
+    sampled = [j for j in jobs if "sampling_param_seed" in _client_request(*j)[1]]
+    assert len(sampled) == 64
+    want = {j: greedy[_client_request(*j)[1]["text_input"]] for j in jobs}
+    want.update(zip(sampled, runtime_texts(pipeline, [_client_request(*j)[1] for j in sampled])))
+
     def client(c: int):
         results = []
-        for k in range(4):
-            prompt = PROMPTS[c * 4 + k]
+        for k in range(2):
+            transport, payload = _client_request(c, k)
             t0 = time.perf_counter()
             try:
-                text = _generate(server, {"text_input": prompt, "sampling_param_max_tokens": NEW_TOKENS})["text_output"]
-                error = None
+                text, error = _send(server, transport, payload), None
             except Exception as e:  # counted, and the test fails below
                 text, error = None, repr(e)
-            results.append((prompt, text, error, time.perf_counter() - t0))
+            results.append(((c, k), transport, text, error, time.perf_counter() - t0))
         return results
 
+    before = _counters(server)
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(32) as pool:
-        results = [r for rs in pool.map(client, range(32)) for r in rs]
+    with ThreadPoolExecutor(64) as pool:
+        results = [r for rs in pool.map(client, range(64)) for r in rs]
     wall = time.perf_counter() - t0
-    errors = [r for r in results if r[2] is not None]
-    wrong = [r[0] for r in results if r[2] is None and r[1] != greedy[r[0]]]
-    lat = sorted(r[3] for r in results)
+    errors = [r for r in results if r[3] is not None]
+    wrong = [(r[0], r[1]) for r in results if r[3] is None and r[2] != want[r[0]]]
+    lat = sorted(r[4] for r in results)
     q = statistics.quantiles(lat, n=100)
+    tokens = _counters(server)[f'trtspec_generation_tokens_total{{model="{MODEL}"}}'] - \
+        before[f'trtspec_generation_tokens_total{{model="{MODEL}"}}']
     report = {"requests": len(results), "errors": len(errors), "mismatches": len(wrong),
               "p50_s": round(q[49], 3), "p90_s": round(q[89], 3), "p99_s": round(q[98], 3),
-              "requests_per_s": round(len(results) / wall, 2),
-              "new_tokens_per_s": round(len(results) * NEW_TOKENS / wall, 1), "wall_s": round(wall, 2)}
+              "requests_per_s": round(len(results) / wall, 2), "new_tokens_per_s": round(tokens / wall, 1),
+              "wall_s": round(wall, 2)}
     print("load test:", json.dumps(report))
     (server.log_path.parent / "load_test.json").write_text(json.dumps(report))
     assert len(results) == 128 and not errors, errors[:3]
@@ -436,3 +574,25 @@ def test_demo_pair_bundle_serves_greedy(tmp_path):
             assert out["total_draft_tokens"] == g.stats.draft_tokens > 0
             assert out["total_accepted_draft_tokens"] == g.stats.accepted_tokens
         assert "draft_len 4, schedule {8: 4, 64: 2}" in srv.log_path.read_text()
+
+
+def test_model_load_failure_is_reported_with_its_cause(bundle, tmp_path):
+    """A bundle whose target weights are truncated: the server does not come up, and the error names
+    the model, the file and what is wrong with it."""
+    import shutil
+
+    from trtspec.triton.repository import write_repository
+
+    broken = tmp_path / "broken"
+    shutil.copytree(bundle, broken)
+    weights = broken / "target" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    write_repository(broken, tmp_path / "repo", MODEL)
+    srv = TritonServer(tmp_path / "repo", install=_server_install(), log_path=tmp_path / "broken.log")
+    with pytest.raises(RuntimeError) as e:
+        srv.start(timeout=120)
+    message = str(e.value)
+    first = message.splitlines()[0]
+    assert first.startswith(f"model {MODEL!r} failed to load: "), message[:500]
+    assert "broken/target/model.safetensors: corrupt or truncated safetensors file" in first, first
+    assert srv.process is None

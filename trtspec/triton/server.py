@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -48,6 +49,10 @@ HOW_TO_INSTALL = (
     "or put a tritonserver binary on PATH (NGC container nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3),\n"
     "or set TRTSPEC_TRITONSERVER=/path/to/tritonserver."
 )
+
+
+#: Triton's log line for a model that failed to load: ``failed to load 'M' version 1: <cause>``.
+_LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version \d+: (.*)$")
 
 
 class ServerNotFoundError(RuntimeError):
@@ -389,13 +394,27 @@ class TritonServer:
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
+    def load_errors(self) -> list[str]:
+        """``model 'M' failed to load: <cause>`` for each model load failure in the server's log."""
+        if self.log_path is None or not self.log_path.exists():
+            return []
+        found = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            m = _LOAD_FAILURE.search(line)
+            if m:  # the log quotes the message and escapes the traceback after it as "\n\nAt:\n..."
+                cause = m.group(2).split("\\n")[0].rstrip('"').strip()
+                found.append(f"model {m.group(1)!r} failed to load: {cause}")
+        return list(dict.fromkeys(found))
+
     def wait_ready(self, timeout: float = 300.0) -> None:
-        """Poll ``/v2/health/ready`` (strict: every model ready) until it answers 200."""
+        """Poll ``/v2/health/ready`` (strict: every model ready) until it answers 200. A server that
+        exits first raises RuntimeError starting with each model's load failure and its cause."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 code = None if self.process is None else self.process.returncode
-                raise RuntimeError(f"tritonserver exited with code {code} before it was ready; "
+                causes = "".join(f"{e}\n" for e in self.load_errors())
+                raise RuntimeError(f"{causes}tritonserver exited with code {code} before it was ready; "
                                    f"log {self.log_path}:\n{self.log_tail()}")
             status, _ = self._get("/v2/health/ready")
             if status == 200:
