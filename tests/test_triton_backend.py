@@ -215,11 +215,13 @@ def test_step_metrics_equal_the_requests_stats(tmp_path):
     per_pos = [got.accepted_per_pos[k] for k in sorted(got.accepted_per_pos)]
     assert sum(per_pos) == got.accepted_tokens and per_pos == sorted(per_pos, reverse=True)
     text = prom.text()
-    hist_count = next(float(line.split()[-1]) for line in text.splitlines()
-                      if line.startswith("trtspec_spec_decode_acceptance_length_count"))
-    hist_sum = next(float(line.split()[-1]) for line in text.splitlines()
-                    if line.startswith("trtspec_spec_decode_acceptance_length_sum"))
-    assert hist_count == got.num_drafts and hist_sum == got.num_drafts + got.accepted_tokens   # mean AL = 1 + acc/drafts
+    by_al = {int(line.split('acceptance_length="')[1].split('"')[0]): float(line.split()[-1])
+             for line in text.splitlines() if line.startswith("trtspec_spec_decode_num_drafts_by_acceptance_length_total")}
+    assert sorted(by_al) == [1, 2, 3, 4]                                   # AL 1..D+1
+    assert sum(by_al.values()) == got.num_drafts                           # one count per draft
+    assert sum(al * n for al, n in by_al.items()) == got.num_drafts + got.accepted_tokens   # mean AL = 1 + acc/drafts
+    # a draft that accepted k tokens also accepted positions 0..k-1
+    assert per_pos[0] == sum(n for al, n in by_al.items() if al >= 2) and per_pos[2] == by_al[4]
     assert 'trtspec_requests_total{model="m",outcome="success"} 10.0' in text
     assert "trtspec_num_requests_running{model=\"m\"} 0.0" in text
     assert parse_metrics(text, "trtspec", labels={"model": "m"}).num_drafts == got.num_drafts

@@ -284,11 +284,11 @@ def test_prometheus_metrics_follow_requests(server, pipeline):
     assert delta[f'trtspec_requests_total{{{label},outcome="failure"}}'] == 1
     per_pos = [spec_after.accepted_per_pos.get(k, 0) - spec_before.accepted_per_pos.get(k, 0) for k in range(3)]
     assert per_pos == g.stats.accepted_per_pos + [0] * (3 - len(g.stats.accepted_per_pos))
-    # the AL histogram: one observation per draft, mean = 1 + accepted / drafts; buckets 1..D+1
-    assert delta[f"trtspec_spec_decode_acceptance_length_count{{{label}}}"] == g.stats.drafts
-    assert delta[f"trtspec_spec_decode_acceptance_length_sum{{{label}}}"] == g.stats.drafts + g.stats.accepted_tokens
-    assert after[f'trtspec_spec_decode_acceptance_length_bucket{{{label},le="4"}}'] == \
-        after[f"trtspec_spec_decode_acceptance_length_count{{{label}}}"]
+    # the AL histogram: one count per draft at its AL 1..D+1, mean = 1 + accepted / drafts
+    by_al = {al: delta[f'trtspec_spec_decode_num_drafts_by_acceptance_length_total{{acceptance_length="{al}",{label}}}']
+             for al in range(1, 5)}
+    assert sum(by_al.values()) == g.stats.drafts
+    assert sum(al * n for al, n in by_al.items()) == g.stats.drafts + g.stats.accepted_tokens
     assert delta[f"trtspec_spec_decode_step_latency_seconds_count{{{label}}}"] == g.stats.steps  # alone: 1 step each
     assert after[f"trtspec_num_requests_running{{{label}}}"] == 0
 
@@ -389,16 +389,17 @@ def _sampled(prompt: str, seed: int, **kw) -> dict:
 
 def test_seeded_sample_same_alone_and_among_15_concurrent(server, pipeline):
     probe = _sampled(PROMPTS[40], seed=77)
-    alone = _generate(server, probe)["text_output"]
-    assert alone == runtime_texts(pipeline, [probe])[0]          # the runtime's own text for that seed
     others = [_sampled(PROMPTS[41 + i], seed=i) if i % 2 else
               {"text_input": PROMPTS[41 + i], "sampling_param_max_tokens": NEW_TOKENS} for i in range(15)]
+    want = runtime_texts(pipeline, [probe] + others)
+    alone = _generate(server, probe)["text_output"]
+    assert alone == want[0]          # the runtime's own text for that seed
     with ThreadPoolExecutor(16) as pool:
         futures = [pool.submit(_generate, server, r) for r in others[:8]]
         crowded = pool.submit(_generate, server, probe)
         futures += [pool.submit(_generate, server, r) for r in others[8:]]
         assert crowded.result()["text_output"] == alone
-        assert [f.result()["text_output"] for f in futures] == runtime_texts(pipeline, others)
+        assert [f.result()["text_output"] for f in futures] == want[1:]
     events = _generate(server, dict(probe, stream=True), stream=True)
     assert "".join(e["text_output"] for e in events) == alone   # streamed: the same text
     assert _generate(server, dict(probe, sampling_param_seed=78))["text_output"] != alone

@@ -174,6 +174,7 @@ class ReferenceBackend:
             self._finish_error(active, "the model was unloaded before this request ran")
         for active in list(self._active.values()):
             self._finish_error(active, "the model was unloaded while this request ran")
+        self.metrics.flush()
 
     # -- the engine thread ----------------------------------------------------------------------
     def _params(self, r: GenerationRequest):
@@ -232,6 +233,7 @@ class ReferenceBackend:
                 self._drop_cancelled()
             if not self._active:
                 self.metrics.running(0)
+                self.metrics.flush()
                 continue
             steps += 1
             t0 = time.perf_counter()
@@ -243,15 +245,27 @@ class ReferenceBackend:
                 for active in failed.values():
                     self._finish_error(active, f"generation failed: {type(e).__name__}: {e}")
                 self.engine = self._new_engine()
+                self.metrics.running(0)
+                self.metrics.flush()
                 continue
-            counts = [self._step_counts(o) for o in outputs]
-            self.metrics.record_step(time.perf_counter() - t0, [c for c in counts if c is not None])
+            self._account(outputs, time.perf_counter() - t0)
             for out in outputs:
                 active = self._active.get(out.request_id)
                 if active is None:
                     continue
                 self._deliver(out, active)
-            self.metrics.running(len(self._active))
+
+    def _account(self, outputs, latency_s: float) -> None:
+        """Record the step in the metrics before any response of it goes out; flush them when the
+        batch empties (so they are current once the last response is out), else when due."""
+        counts = [self._step_counts(o) for o in outputs]
+        self.metrics.record_step(latency_s, [c for c in counts if c is not None])
+        done = [(o, self._active[o.request_id]) for o in outputs if o.finished and o.request_id in self._active]
+        for out, active in done:
+            self.metrics.finished("success", active.new_tokens + len(out.new_token_ids))
+        remaining = len(self._active) - len(done)
+        self.metrics.running(remaining)
+        self.metrics.flush(if_due=remaining > 0)
 
     def _step_counts(self, out) -> tuple[int, int] | None:
         """``(draft_tokens, accepted)`` of this step for ``out``'s request (its stats are cumulative);
@@ -273,7 +287,6 @@ class ReferenceBackend:
             return
         del self._active[out.request_id]
         rest = active.text.finish()
-        self.metrics.finished("success", active.new_tokens)
         self._send(active, Chunk(text=piece + rest if active.request.stream else active.text.emitted, final=True,
                                  accepted_draft_tokens=_stat(out.stats, "accepted_tokens", "accepted_draft_tokens"),
                                  draft_tokens=_stat(out.stats, "draft_tokens", "drafted_tokens"),
@@ -357,11 +370,13 @@ class TrtllmBackend:
             n_out = len(output.outputs[0].token_ids) if output is not None else 0
             self.metrics.record_totals(drafted, accepted)
             self.metrics.finished("success", n_out)
+            self.metrics.flush()
             emit(Chunk(text=text[len(sent):] if r.stream else text, final=True, accepted_draft_tokens=accepted,
                        draft_tokens=drafted, output_tokens=n_out))
         except Exception as e:
             log.exception("tensorrt_llm request failed")
             self.metrics.finished("failure")
+            self.metrics.flush()
             emit(Chunk(text="", final=True, error=f"generation failed: {type(e).__name__}: {e}"))
 
     def shutdown(self, timeout: float = 10.0) -> None:

@@ -99,6 +99,7 @@ class TritonPythonModel:
     def _refuse(self, sender, message):
         """A request refused before it reached the backend (which counts the others' outcomes)."""
         self.metrics.finished("failure")
+        self.metrics.flush()
         self._fail(sender, message)
 
     @staticmethod
