@@ -57,12 +57,18 @@ def _post(url: str, payload: dict, timeout: float = 600.0) -> dict:
 
 
 def _counters(metrics_url: str, model: str) -> dict[str, float]:
-    from trtspec.bench.prometheus import _samples, scrape
+    """``trtspec_*`` counter samples of ``model`` (summed over other labels), names without ``_total``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from trtspec.bench.prometheus import scrape
 
     out: dict[str, float] = {}
-    for _, name, labels, value in _samples(scrape(metrics_url)):
-        if labels.get("model") == model and name.startswith("trtspec_") and "le" not in labels:
-            out[name] = out.get(name, 0.0) + value
+    for family in text_string_to_metric_families(scrape(metrics_url)):
+        if family.type != "counter" or not family.name.startswith("trtspec_"):
+            continue
+        for sample in family.samples:
+            if sample.labels.get("model") == model and sample.name.endswith("_total"):
+                out[family.name] = out.get(family.name, 0.0) + sample.value
     return out
 
 
@@ -137,7 +143,8 @@ def main(bundle, draft_len, concurrency, n_requests, max_tokens, temperature, to
         bundle = bundle or demo_bundle(tmp / "demo", draft_len)
         settings = default_settings(bundle)
         if max_tokens > settings.max_tokens_limit:
-            raise click.BadParameter(f"--max-tokens {max_tokens} exceeds the bundle's limit {settings.max_tokens_limit}")
+            raise click.BadParameter(f"{max_tokens} exceeds the bundle's limit {settings.max_tokens_limit}",
+                                     param_hint="--max-tokens")
         write_repository(bundle, tmp / "repo", "spec", settings=settings)
         write_repository(bundle, tmp / "repo", "base", settings=replace(settings, draft_len=0))
         with TritonServer(tmp / "repo", install=install, log_path=tmp / "server.log") as server:
