@@ -11,6 +11,7 @@ from trtspec.recipes.measurements import (
     load_measurements,
     measurement_files,
     split_for,
+    split_unit,
     sweeps,
 )
 
@@ -111,9 +112,9 @@ def test_duplicate_ids_across_files_are_refused(tmp_path):
         load_measurements([a, b])
 
 
-def test_one_source_cannot_straddle_the_split(tmp_path):
-    path = _write(tmp_path, "a.yaml", _case(id="c1") + _case(id="c2", split="heldout"))
-    with pytest.raises(MeasurementError, match="field 'split': all cases of one source must share a split"):
+def test_one_sweep_cannot_straddle_the_split(tmp_path):
+    path = _write(tmp_path, "a.yaml", _case(id="c1") + "    sweep: s1\n" + _case(id="c2", split="heldout") + "    sweep: s1\n")
+    with pytest.raises(MeasurementError, match="case 'c2': field 'split': all cases of sweep 's1' must share a split"):
         load_measurements([path])
 
 
@@ -134,11 +135,14 @@ def test_file_level_fields_are_checked(tmp_path):
         load_measurements([path])
 
 
-def test_split_rule_is_sha256_of_the_source_mod_3():
-    for source in ("sgl-project/sglang#4716", "https://docs.sglang.io/advanced_features/speculative_decoding.html"):
-        want = "heldout" if int(hashlib.sha256(source.encode()).hexdigest(), 16) % 3 == 0 else "train"
-        assert split_for(source) == want
-    assert split_for("sgl-project/sglang#4716") == "heldout"
+def test_split_rule_hashes_the_sweep_or_the_lone_case():
+    assert split_unit("owner/repo#1", "s1", "c1") == "owner/repo#1#s1"
+    assert split_unit("owner/repo#1", None, "c1") == "owner/repo#1#c1"
+    for unit in ("sgl-project/sglang#4716#llama33-70b-eagle3-tree-8xh100-sglang-b1", "x#y", "https://a.b/c#d"):
+        want = "heldout" if int(hashlib.sha256(unit.encode()).hexdigest(), 16) % 3 == 0 else "train"
+        assert split_for(unit) == want
+    units = [f"https://example.org/{i}#s" for i in range(3000)]
+    assert 0.30 < sum(split_for(u) == "heldout" for u in units) / len(units) < 0.37
 
 
 # ---- the shipped corpus ----------------------------------------------------------------------------------------
@@ -151,8 +155,15 @@ def test_every_shipped_file_loads(corpus):
 
 
 def test_the_rule_reproduces_the_stored_splits(corpus):
-    wrong = [(m.id, m.split) for m in corpus if m.split != split_for(m.source)]
+    wrong = [(m.id, m.split) for m in corpus if m.split != split_for(m.split_unit)]
     assert not wrong
+
+
+def test_the_corpus_is_large_enough_and_a_third_is_held_out(corpus):
+    heldout = [m for m in corpus if m.split == "heldout"]
+    assert len(corpus) >= 30
+    assert 3 * len(heldout) >= len(corpus)
+    assert any(m.speedup is not None and m.speedup < 1.0 for m in corpus), "keep published losses"
 
 
 def test_stored_speedups_agree_with_the_stored_figures(corpus):

@@ -16,8 +16,9 @@ Performance figures, by ``metric``:
   given and checks it (within 2%) when all three are.
 
 Every case carries ``split`` (``train`` | ``heldout``), fixed in the data before anything is fitted. The rule
-(:func:`split_for`) works on whole sources, so a published sweep never straddles the split: a source is held out
-iff ``int(sha256(source).hexdigest(), 16) % 3 == 0``.
+(:func:`split_for`) works on whole sweeps, so a published sweep never straddles the split: the unit is
+``"<source>#<sweep>"`` for a case in a sweep and ``"<source>#<id>"`` for a case on its own, and a unit is held out
+iff ``int(sha256(unit).hexdigest(), 16) % 3 == 0``.
 
 Nothing is read at import time; :func:`load_measurements` reads the files when called.
 """
@@ -37,7 +38,8 @@ from trtspec.recipes.paths import book_dir
 
 ENGINES = ("trtllm", "vllm", "sglang")
 DRAFTERS = ("draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark", "peagle", "pard", "ngram", "sa", "medusa")
-QUANTS = ("none", "fp8", "mxfp8", "nvfp4", "mxfp4", "int4_awq", "w4a8_awq", "int8_sq", "native")  # native: the checkpoint as shipped (notes say what)
+# "none" = bf16/fp16; "native" = the checkpoint as its publisher ships it (mixed formats; the case's notes say what)
+QUANTS = ("none", "fp8", "mxfp8", "nvfp4", "mxfp4", "int4_awq", "w4a8_awq", "int8_sq", "native")
 METRICS = ("output_tps_total", "output_tps_per_user", "tpot_ms")
 SPLITS = ("train", "heldout")
 SPEEDUP_TOLERANCE = 0.02  # relative: a stated speedup must match spec / baseline within 2%
@@ -49,11 +51,17 @@ class MeasurementError(CatalogError):
     """A measurement file is malformed; the message names the file, the case id and the field."""
 
 
-def split_for(source: str) -> str:
-    """The split of every case of ``source``: ``heldout`` iff ``int(sha256(source), 16) % 3 == 0``, else ``train``.
+def split_unit(source: str, sweep: str | None, case_id: str) -> str:
+    """The unit the split rule assigns: ``"<source>#<sweep>"``, or ``"<source>#<case id>"`` for a lone case."""
+    return f"{source}#{sweep if sweep is not None else case_id}"
 
-    Whole sources (hence whole sweeps) stay on one side; about a third of the sources are held out."""
-    return "heldout" if int(hashlib.sha256(source.encode("utf-8")).hexdigest(), 16) % 3 == 0 else "train"
+
+def split_for(unit: str) -> str:
+    """``heldout`` iff ``int(sha256(unit), 16) % 3 == 0``, else ``train`` (``unit`` from :func:`split_unit`).
+
+    Whole sweeps stay on one side; about a third of the units are held out. A unit's split depends on its own
+    key only, so adding sources or sweeps never moves an existing case."""
+    return "heldout" if int(hashlib.sha256(unit.encode("utf-8")).hexdigest(), 16) % 3 == 0 else "train"
 
 
 def _gpu_names() -> tuple[str, ...]:
@@ -66,9 +74,8 @@ class Measurement(BaseModel):
     """One published measurement (see the module docstring for units and the speedup rule).
 
     ``num_gpus`` / ``tp`` / ``ep`` are ``None`` where the source does not state them. ``batch`` is a batch size or a
-    client concurrency (``batch_kind``); ``draft_len`` is D for a chain or the
-    depth of a tree (``tree_nodes`` = total draft tokens of the tree, ``topk`` its branching); ``al`` includes the
-    bonus token; ``acceptance_curve`` is [AL at D=1, D=2, ...] where a sweep publishes it. ``sweep`` is shared by
+    client concurrency (``batch_kind``); ``draft_len`` is D for a chain or the depth of a tree (``tree_nodes`` =
+    total draft tokens of the tree, ``topk`` its branching); ``al`` includes the bonus token; ``acceptance_curve`` is [AL at D=1, D=2, ...] where a sweep publishes it. ``sweep`` is shared by
     the cases of one published sweep (over D or over batch) and never spans two sources. ``best_of_tested``: the
     source calls this D the best of the draft lengths it tried at this batch (the others need not be published)."""
 
@@ -178,6 +185,11 @@ class Measurement(BaseModel):
     def is_tree(self) -> bool:
         return self.tree_nodes is not None
 
+    @property
+    def split_unit(self) -> str:
+        """The key the split rule hashes (see :func:`split_unit`)."""
+        return split_unit(self.source, self.sweep, self.id)
+
 
 def _case_error(path: Path, case_id: str, exc: ValidationError) -> MeasurementError:
     parts = []
@@ -219,9 +231,13 @@ def _load_file(path: Path) -> list[Measurement]:
             out.append(Measurement(source=doc["source"], title=doc["title"], published=doc.get("published"), **case))
         except ValidationError as exc:
             raise _case_error(path, case_id, exc) from None
-    splits = {m.split for m in out}
-    if len(splits) > 1:
-        raise MeasurementError(f"{path}: field 'split': all cases of one source must share a split, got {sorted(splits)}")
+    by_sweep: dict[str, set] = {}
+    for m in out:
+        if m.sweep is not None:
+            by_sweep.setdefault(m.sweep, set()).add(m.split)
+            if len(by_sweep[m.sweep]) > 1:
+                raise MeasurementError(f"{path}: case {m.id!r}: field 'split': all cases of sweep {m.sweep!r} must "
+                                       f"share a split, got {sorted(by_sweep[m.sweep])}")
     return out
 
 
