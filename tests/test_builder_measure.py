@@ -97,6 +97,11 @@ def test_architecture_the_runtime_does_not_run_is_refused(tmp_path):
     assert "GPT2LMHeadModel" in msg and "cannot run this pair" in msg
 
 
+def test_inputs_the_recipe_needs_are_checked_before_measuring(tmp_path):
+    with pytest.raises(BuildInputError, match="--gpu no-such-gpu: unknown GPU"):
+        pipeline.build(_opts(tmp_path, acceptance="measure", gpu="no-such-gpu"), quiet=True)
+
+
 def test_pair_needs_available_memory_from_parameter_bytes(tmp_path):
     from trtspec.builder.validate import validate
 

@@ -18,6 +18,7 @@ three ways out (a measured file, a prior, or ``al=`` / ``curve=``). All of this 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -122,11 +123,10 @@ class Measurement:
                 f"({self.turns} turns) of the built-in SPEED-Bench-format sample x {self.max_new_tokens} new tokens, "
                 f"greedy, D={self.draft_len}, {CONCURRENCY} requests per batch, {self.dtype} on {self.device}; "
                 f"{run.source}")
-        prof = type(prof)(prof.drafter, prof.draft_len, prof.overall, prof.per_category, what,
-                          {"measurement": {"took_s": round(self.took_s, 3), "prompts": len(self.prompts),
-                                           "turns": self.turns, "max_new_tokens": self.max_new_tokens,
-                                           "concurrency": CONCURRENCY, "device": self.device,
-                                           "dtype": self.dtype}})
+        prof = dataclasses.replace(prof, source=what, extra={**prof.extra, "measurement": {
+            "took_s": round(self.took_s, 3), "prompts": len(self.prompts), "turns": self.turns,
+            "max_new_tokens": self.max_new_tokens, "concurrency": CONCURRENCY, "device": self.device,
+            "dtype": self.dtype}})
         self.doc = prof.to_dict()
         self.profile = profile_from_doc(self.doc, f"bundle {ACCEPTANCE_FILE}")
         self.notes.append(f"acceptance measured with the local runtime in {self.took_s:.1f} s (mean AL "
@@ -164,13 +164,33 @@ def _check_runtime_reads(opts: BuildOptions, vi: ValidatedInputs) -> None:
         raise BuildInputError(ways_out(f"the local runtime cannot run this pair ({e})", opts)) from None
 
 
+def _check_plannable(opts: BuildOptions, vi: ValidatedInputs) -> None:
+    """What the recipe stage reads besides acceptance, checked now so that a typo does not cost a measurement."""
+    from trtspec.recipes.arch import load_architecture
+    from trtspec.recipes.errors import RecipeError
+    from trtspec.recipes.gpus import load_gpu
+
+    try:
+        load_gpu(opts.gpu)
+    except RecipeError as e:
+        raise BuildInputError(f"--gpu {opts.gpu}: {e}") from None
+    for role, ckpt in (("--target", vi.target), ("--draft", vi.draft if opts.drafter == "draft_model" else None)):
+        if ckpt is not None:
+            try:
+                load_architecture(str(ckpt.path))
+            except RecipeError as e:
+                raise BuildInputError(f"{role} {ckpt.path}: the planner cannot read it ({e})") from None
+
+
 def plan_measurement(opts: BuildOptions, vi: ValidatedInputs) -> Measurement:
-    """Check that ``--acceptance measure`` can run for the validated pair (module docstring); loads no weights."""
+    """Check that ``--acceptance measure`` can run for the validated pair (module docstring) and that the recipe
+    stage can use its result; loads no weights."""
     from trtspec.bench.config import BenchConfig
     from trtspec.bench.datasets import load_prompts
     from trtspec.recipes.optimizer import PlanRequest
 
     _check_runtime_reads(opts, vi)
+    _check_plannable(opts, vi)
     dtype = runtime_dtype(opts.device)
     params = num_parameters(vi.target) + (num_parameters(vi.draft) if vi.draft is not None else 0)
     need = int(params * _DTYPE_BYTES[dtype] * HEADROOM)

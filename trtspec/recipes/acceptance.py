@@ -242,8 +242,7 @@ class AcceptanceProfile:
         if not isinstance(entry, dict) or not (entry.get("rates") or entry.get("curve")):
             raise AcceptanceError(f"acceptance {self.name or self.source!r} has no rates for category {category!r}; "
                                   f"categories: {', '.join(sorted(self.per_category)) or '(none)'}")
-        return AcceptanceProfile(rates=() if entry.get("curve") else tuple(float(a) for a in entry["rates"]),
-                                 curve=tuple(entry["curve"]) if entry.get("curve") else None, drafter=self.drafter,
+        return AcceptanceProfile(**_rates_or_curve(entry, f"category {category}"), drafter=self.drafter,
                                  source=f"{self.source} [category {category}]", rank_weights=self.rank_weights,
                                  name=f"{self.name}[{category}]")
 
