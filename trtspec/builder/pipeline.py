@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from trtspec.builder.bundle import AtomicDir, QuantCache, hash_files, sha256_file, tool_versions, write_manifest
+from trtspec.builder.interrupt import interruptible
 from trtspec.builder.options import TENSORRT_QUANTS, BuildOptions, HEAD_DRAFTERS
 from trtspec.builder.sglang_config import SGLANG_ALGORITHMS
 from trtspec.builder.vllm_config import VLLM_METHODS
@@ -162,7 +163,15 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
 
     Raises :class:`trtspec.builder.validate.BuildInputError` for bad inputs (before any heavy work)
     and :class:`BuildError` when a later stage fails; in both cases ``opts.out`` is untouched.
+    SIGINT and SIGTERM raise :class:`trtspec.builder.interrupt.BuildInterrupted` (a
+    ``KeyboardInterrupt``) at whatever stage the build is, after the temporary bundle is removed.
     """
+    with interruptible():
+        return _build(opts, dry_run=dry_run, console=console, quiet=quiet, recipe_resolver=recipe_resolver)
+
+
+def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
+           recipe_resolver: Callable[..., Any]) -> BuildResult:
     from rich.console import Console
 
     from trtspec.builder import calib as calib_mod

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -58,6 +57,7 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
     from pydantic import ValidationError
     from rich.console import Console
 
+    from trtspec.builder.interrupt import exit_code
     from trtspec.builder.pipeline import BuildError, build as run_build
     from trtspec.builder.validate import BuildInputError
 
@@ -76,22 +76,16 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
     except ValidationError as e:
         raise click.UsageError("; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
 
-    def _term(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up the temporary bundle
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, _term)
-    try:
+    try:  # SIGINT / SIGTERM: the build removes its temporary bundle and raises BuildInterrupted
         result = run_build(opts, dry_run=dry_run, console=console)
     except (BuildInputError, ValueError) as e:
         raise click.UsageError(str(e)) from None
     except BuildError as e:
         console.print(f"[red]✗ {e}[/red]\nNothing was written to {out}.", highlight=False)
         sys.exit(1)
-    except KeyboardInterrupt:
-        console.print(f"[red]✗ interrupted[/red]: nothing was written to {out}.", highlight=False)
-        sys.exit(130)
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    except KeyboardInterrupt as e:
+        console.print(f"[red]✗ {e or 'interrupted'}[/red]: nothing was written to {out}.", highlight=False)
+        sys.exit(exit_code(e))
     if dry_run:
         if as_json:
             click.echo(json.dumps(result.plan, indent=2, default=str))
