@@ -47,6 +47,13 @@ def live_descendants(root: int) -> set[int]:
     return {p for p in out if states.get(p) != "Z"}
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test will send SIGINT: restore SIGINT's default disposition,
+    which the child would otherwise inherit as ignored when the test run itself was started in the
+    background of a non-interactive shell (an ignored SIGINT stays ignored in Python)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class ProcessGuard:
     """Tracks the live descendants of ``root`` across tests."""
 

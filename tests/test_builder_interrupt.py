@@ -36,7 +36,7 @@ def pair(tmp_path_factory):
 def _start(stage: str, tmp_path: Path, pair, sigint: str):
     target, draft = pair
     marker = tmp_path / f"{stage}.reached"
-    disposition = signal.SIG_IGN if sigint == "ignored" else signal.SIG_DFL
+    disposition = signal.SIG_IGN if sigint == "ignored" else signal.SIG_DFL  # see default_sigint()
     proc = subprocess.Popen([sys.executable, str(CHILD), stage, str(marker), str(target), str(draft),
                              str(tmp_path / "bundle")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, disposition))
