@@ -13,7 +13,9 @@ import yaml
 from click.testing import CliRunner
 from runtime_fixtures import make_model
 
+from trtspec.builder.engine_facts import engine_version
 from trtspec.builder.trtllm_config import validate_llm_api_yaml
+from trtspec.builder.trtllm_schedule import runtime_draft_len
 from trtspec.cli import main
 
 ACCEPTANCE = {"format": "trtspec.acceptance/v1", "drafter": "draft_model", "draft_len": 6,
@@ -45,13 +47,16 @@ def test_cli_build_matches_recipe(tmp_path, pair):
     spec = validate_llm_api_yaml(b / "llm_api.yaml").speculative_config
     trt = recipe["trtllm"]
     assert spec.max_draft_len == trt["max_draft_len"]
-    if spec.draft_len_schedule is not None:
-        assert spec.draft_len_schedule == {int(k): v for k, v in trt["draft_len_schedule"].items()}
-    else:
-        assert spec.max_concurrency == trt["max_concurrency"]
+    planned = ({int(k): v for k, v in trt["draft_len_schedule"].items()}
+               or {trt["max_concurrency"] or 64: trt["max_draft_len"]})
+    facts = engine_version("trtllm")
+    raw = yaml.safe_load((b / "llm_api.yaml").read_text())["speculative_config"]
+    for batch in range(1, 65):  # the planned D per batch, with 1 where it is 0 (one-engine Draft_Target, no floor)
+        want = next((planned[k] for k in sorted(planned) if batch <= k), 0)
+        assert runtime_draft_len(raw, batch, facts) == (want or 1)
     vl = yaml.safe_load((b / "vllm.yaml").read_text())["speculative_config"]
     buckets = {int(k): v for k, v in recipe["vllm"]["num_speculative_tokens_per_batch_size"].items()}
-    ranges = vl["num_speculative_tokens_per_batch_size"]
+    ranges = vl.get("num_speculative_tokens_per_batch_size") or [(1, max(buckets), vl["num_speculative_tokens"])]
     assert ranges[0][0] == 1 and ranges[-1][1] == max(buckets)
     for batch, k in buckets.items():  # every planned bucket falls in a range with its draft length
         assert [r[2] for r in ranges if r[0] <= batch <= r[1]] == [k]

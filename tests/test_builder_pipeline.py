@@ -79,7 +79,8 @@ def test_draft_model_build_per_quant(tmp_path, pair, quant):
         hash_files(draft, [draft / "model.safetensors"])
     llm = validate_llm_api_yaml(b / "llm_api.yaml")
     assert llm.speculative_config.decoding_type == "Draft_Target"
-    assert llm.speculative_config.draft_len_schedule == {4: 4, 16: 3, 48: 1}
+    # the planned {4: 4, 16: 3, 48: 1}: D=1, not 0, above 48 (one-engine Draft_Target, no runtime floor)
+    assert llm.speculative_config.draft_len_schedule == {4: 4, 16: 3, 256: 1}
     m = json.loads((b / "manifest.json").read_text())
     assert m["format"] == "trtspec.bundle/v1" and m["quant"]["target"] == quant
     assert m["outputs"] == {k: v for k, v in hash_files(b).items() if k != "manifest.json"}

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from trtspec.builder.options import BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, BuildOptions, help_of
+from trtspec.builder.options import BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, VERIFICATIONS, BuildOptions, help_of
 from trtspec.builder.trtllm_config import TRTLLM_VERSIONS
+from trtspec.builder.vllm_config import VLLM_VERSIONS
 
 _D = BuildOptions.model_fields
 
@@ -39,6 +40,10 @@ def _default(name):
               help=help_of("measure_new_tokens"))
 @click.option("--trtllm-version", type=click.Choice(sorted(TRTLLM_VERSIONS)), default=_default("trtllm_version"),
               help=help_of("trtllm_version"))
+@click.option("--vllm-version", type=click.Choice(VLLM_VERSIONS), default=_default("vllm_version"),
+              help=help_of("vllm_version"))
+@click.option("--verification", type=click.Choice(VERIFICATIONS), default=_default("verification"),
+              help=help_of("verification"))
 @click.option("--backend", type=click.Choice(BACKENDS), default=_default("backend"), help=help_of("backend"))
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=_default("device"), help=help_of("device"))
 @click.option("--out", type=click.Path(path_type=Path), default=_default("out"), help=help_of("out"))
@@ -49,8 +54,8 @@ def _default(name):
               "(needs TensorRT-LLM and a GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (plan or manifest) as JSON on stdout.")
 def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, calib_samples, calib_seq_len, gpu, tp,
-          max_batch_size, max_seq_len, recipe, acceptance, measure_prompts, measure_new_tokens, trtllm_version, backend,
-          device, out, cache_dir, no_cache, dry_run, verify, as_json):
+          max_batch_size, max_seq_len, recipe, acceptance, measure_prompts, measure_new_tokens, trtllm_version,
+          vllm_version, verification, backend, device, out, cache_dir, no_cache, dry_run, verify, as_json):
     """Validate the pair, resolve the recipe, quantize with Model-Optimizer, export unified HF
     checkpoints and write llm_api.yaml / vllm.yaml / sglang.args / recipe.yaml / manifest.json /
     README.md into --out, atomically. With no arguments: the demo pair for an H200."""
@@ -66,7 +71,8 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
                   kv_cache_quant=kv_cache_quant, calib=calib, calib_samples=calib_samples,
                   calib_seq_len=calib_seq_len, gpu=gpu, tp=tp, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
                   recipe=recipe, acceptance=acceptance, measure_prompts=measure_prompts,
-                  measure_new_tokens=measure_new_tokens, trtllm_version=trtllm_version, backend=backend, device=device,
+                  measure_new_tokens=measure_new_tokens, trtllm_version=trtllm_version, vllm_version=vllm_version,
+                  verification=verification, backend=backend, device=device,
                   out=out,
                   use_cache=not no_cache)
     if cache_dir is not None:
