@@ -245,25 +245,28 @@ class Engine:
         if method == "greedy":
             return ops().verify_greedy(prop.tokens, parents32, logits, nodes32, max_depth)
         target_probs = probs_per_request(logits, [r.sampling for r in reqs])                   # [B, N, V]
-        if prop.draft_probs is None:                  # nothing drafted (D = 0): no row is read
-            prop.draft_probs = torch.zeros_like(target_probs)
+        B, N, V = target_probs.shape
+        drafts = prop.tokens[:, 1:].contiguous()                                              # [B, N-1]
+        draft_probs = prop.draft_probs                                                        # [B, N-1, V]
+        if draft_probs is None:                       # nothing drafted (D = 0): no row is read
+            draft_probs = target_probs.new_zeros(B, N - 1, V)
+        seed, offset = self._streams(reqs)
         if method == "sample":
-            return ops().verify_sample(prop.tokens, parents32, target_probs, prop.draft_probs, spec.seed,
-                                       self.step_count, spec.siblings_without_replacement, nodes32, max_depth)
-        # block verification: chains; one call per distinct chain length
-        B, dev = len(reqs), logits.device
-        acc = torch.zeros(B, dtype=torch.int32, device=dev)
-        bonus = torch.zeros(B, dtype=torch.int64, device=dev)
-        for n in sorted(set(prop.num_nodes.tolist())):
-            idx = (prop.num_nodes == n).nonzero().flatten()
-            d = n - 1                                 # offsets differ per chain length within a step
-            acc[idx], bonus[idx] = ops().verify_block(
-                prop.tokens[idx, 1:n].contiguous(), target_probs[idx, :n].contiguous(),
-                prop.draft_probs[idx, :d].contiguous(), spec.seed, self.step_count * 4096 + d)
+            return ops().verify_sample(drafts, parents32, target_probs, draft_probs, seed, offset,
+                                       spec.siblings_without_replacement, nodes32 - 1, max_depth)
+        # block verification: chains, ragged through draft_lens
+        acc, bonus = ops().verify_block(drafts, target_probs, draft_probs, seed, offset, nodes32 - 1)
         # a chain's accepted path is nodes 0..acc
-        steps = torch.arange(max_depth + 1, dtype=torch.int32, device=dev)
+        steps = torch.arange(max_depth + 1, dtype=torch.int32, device=logits.device)
         path = torch.where(steps[None] <= acc[:, None], steps[None], torch.full_like(steps, -1)[None])
         return acc, path.contiguous(), bonus
+
+    def _streams(self, reqs):
+        """The verifiers' random streams: seed int64 ``[B]``, offset int64 ``[B]``."""
+        B = len(reqs)
+        seed = torch.full((B,), self.spec.seed, dtype=torch.int64, device=self.device)
+        offset = self.step_count * (1 << 20) + torch.arange(B, dtype=torch.int64, device=self.device)
+        return seed, offset
 
     def _commit(self, reqs, prop, acc, path, bonus, new_lens, aux):
         """Append accepted tokens + bonus, update drafter state, apply stop rules and stats."""
