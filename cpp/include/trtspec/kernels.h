@@ -90,34 +90,32 @@ Status verifyGreedy(const int64_t* tokens, const int32_t* parents, const void* l
                     const int32_t* numNodes, int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth,
                     int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken, cudaStream_t stream);
 
-Status verifySample(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
-                    const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
-                    int64_t vocab, int32_t maxDepth, uint64_t seed, uint64_t offset,
+// The sampled verifiers with the CPU launchers' arguments, every pointer (seed and offset
+// included) in device memory, so a step's random streams can be graph inputs (TensorRT plugins,
+// CUDA graphs) without a device-to-host copy.
+Status verifySample(const int32_t* draftTokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* draftLens, const int64_t* seed, const int64_t* offset,
+                    int32_t batch, int32_t draftLen, int64_t vocab, int32_t maxDepth,
+                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                    int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream);
+Status verifySample(const int64_t* draftTokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* draftLens, const int64_t* seed, const int64_t* offset,
+                    int32_t batch, int32_t draftLen, int64_t vocab, int32_t maxDepth,
                     bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
                     int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream);
 
+Status verifyBlock(const int32_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                   const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch,
+                   int32_t draftLen, int64_t vocab, int32_t* acceptedLen, int64_t* bonusToken, void* workspace,
+                   size_t workspaceBytes, cudaStream_t stream);
 Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
-                   int32_t batch, int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset,
-                   int32_t* acceptedLen, int64_t* bonusToken, void* workspace, size_t workspaceBytes,
-                   cudaStream_t stream);
+                   const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch,
+                   int32_t draftLen, int64_t vocab, int32_t* acceptedLen, int64_t* bonusToken, void* workspace,
+                   size_t workspaceBytes, cudaStream_t stream);
 
 Status acceptedKvIndices(const int32_t* acceptedNodes, const int32_t* acceptedLen, const int32_t* cacheLens,
                          int32_t batch, int32_t pathLen, int32_t* src, int32_t* dst, int32_t* newCacheLens,
                          cudaStream_t stream);
-
-// verify_sample / verify_block reading (seed, offset) from device memory: seedOffset points to two
-// int64 values {seed, offset} (reinterpreted as uint64) read by the kernel, so a step's random stream
-// can be a graph input (TensorRT plugins, CUDA graphs) without a device-to-host copy.
-Status verifySampleSeedOnDevice(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
-                                const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
-                                int64_t vocab, int32_t maxDepth, const int64_t* seedOffset,
-                                bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
-                                int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream);
-
-Status verifyBlockSeedOnDevice(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
-                               int32_t batch, int32_t draftLen, int64_t vocab, const int64_t* seedOffset,
-                               int32_t* acceptedLen, int64_t* bonusToken, void* workspace, size_t workspaceBytes,
-                               cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace trtspec
