@@ -40,7 +40,7 @@ MASK64 = (1 << 64) - 1
 # ---------------------------------------------------------------------------------------------
 # Counter-based uniform random numbers (shared bit for bit with cpp/include/trtspec/random.h)
 # ---------------------------------------------------------------------------------------------
-def _mix64(z: int) -> int:
+def mix64(z: int) -> int:
     """SplitMix64 finaliser (Steele et al. 2014): a bijective avalanche of a 64-bit word."""
     z = (z + 0x9E3779B97F4A7C15) & MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
@@ -55,7 +55,7 @@ def uniform(seed: int, offset: int, node: int, j: int) -> float:
 
     ``u = (mix(seed ^ mix(offset ^ mix(node ^ mix(j)))) >> 11) * 2**-53``, all words unsigned 64-bit.
     """
-    z = _mix64((seed & MASK64) ^ _mix64((offset & MASK64) ^ _mix64((node & MASK64) ^ _mix64(j & MASK64))))
+    z = mix64((seed & MASK64) ^ mix64((offset & MASK64) ^ mix64((node & MASK64) ^ mix64(j & MASK64))))
     return (z >> 11) * (1.0 / (1 << 53))
 
 

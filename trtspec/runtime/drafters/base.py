@@ -22,7 +22,7 @@ import torch
 
 from trtspec.runtime import masks
 from trtspec.runtime.params import tree_size
-from trtspec.runtime.sampling import draw, probs_per_request
+from trtspec.runtime.sampling import draw_per_request, probs_per_request
 
 
 @dataclass
@@ -41,12 +41,13 @@ class Proposal:
 @dataclass(frozen=True)
 class DraftMode:
     """How children are chosen. ``sample``: draw from the transformed draft distribution (needed by
-    sample/block verification); ``without_replacement``: Gumbel-top-K siblings; ``generator``: the
-    draft side's random stream."""
+    sample/block verification); ``without_replacement``: Gumbel-top-K siblings; ``generators``: one
+    random stream per request, in batch order (:func:`trtspec.runtime.sampling.generators`), so a
+    request's drafts do not depend on its neighbours."""
 
     sample: bool
     without_replacement: bool = False
-    generator: torch.Generator | None = None
+    generators: tuple[torch.Generator, ...] = ()
 
 
 def chain_proposal(roots: torch.Tensor) -> Proposal:
@@ -157,8 +158,7 @@ class TreeDrafter(Drafter):
             new = torch.arange(n, n + F_ * K, device=device)
             if mode.sample:
                 dprobs[:, new - 1] = q[:, :, None].expand(B, F_, K, V).reshape(B, F_ * K, V)   # each child: its parent's q
-                kids = draw(q.reshape(B * F_, V), K, replacement=not mode.without_replacement,
-                            generator=mode.generator).view(B, F_, K)
+                kids = draw_per_request(q, K, replacement=not mode.without_replacement, gens=mode.generators)
                 logq = torch.log(torch.gather(q, 2, kids).clamp_min(1e-30))
             else:
                 top = torch.topk(torch.log_softmax(level_logits, -1), K, dim=-1)
