@@ -12,11 +12,6 @@ One step for the B running requests (gpt-fast's ``speculative_decode``, batched)
 
 Invariant per request: the target cache holds ``tokens[:-1]``; ``tokens[-1]`` (the root) is fed
 with the next tree. D = 0 is the same step with a one-node tree.
-
-Randomness is per request: step s of a request with seed S draws its drafts from a generator
-seeded with ``stream(S, s)`` and verifies with the ops' counter-based uniforms at ``(S, s)``, each
-request in its own op call (batch index 0), so its text depends on its seed and its own tokens,
-never on its batch position or neighbours (for a fixed draft depth).
 """
 from __future__ import annotations
 
@@ -29,18 +24,9 @@ from trtspec.runtime import masks
 from trtspec.runtime.drafters.base import Drafter, DraftMode, tree_size
 from trtspec.runtime.models import Transformer
 from trtspec.runtime.params import SamplingParams, SpecConfig
-from trtspec.runtime.sampling import probs_per_request
+from trtspec.runtime.sampling import generators, probs_per_request, request_seed, signed64
 from trtspec.runtime.stats import SpecStats
 from trtspec.runtime.verify import ops
-
-SEED_MASK = (1 << 63) - 1     # seeds and offsets reach the ops as int64
-
-
-def stream(seed: int, step: int, salt: int = 0) -> int:
-    """A 63-bit seed for draws of step ``step`` of the request with seed ``seed`` (SplitMix64 mixing)."""
-    from trtspec.reference import _mix64
-
-    return _mix64((seed & SEED_MASK) ^ _mix64((step ^ _mix64(salt)) & SEED_MASK)) & SEED_MASK
 
 
 @dataclass
@@ -52,16 +38,11 @@ class Request:
     tokens: list[int]
     prompt_len: int
     vocab_size: int
+    seed: int = 0          # its random stream (SamplingParams.seed, or derived by the engine)
     row: int = -1
     cache_len: int = 0
     finished: bool = False
     stats: SpecStats = field(default_factory=SpecStats)
-    seed: int = 0
-
-    @property
-    def step(self) -> int:
-        """Target steps this request has taken (the offset of its random stream)."""
-        return self.stats.steps
 
     @property
     def generated(self) -> int:
@@ -70,6 +51,11 @@ class Request:
     @property
     def sampling(self) -> tuple[float, int, float]:
         return self.params.transform
+
+    @property
+    def stream(self) -> tuple[int, int]:
+        """``(seed, step)``: this step's random stream, ``step`` = the target steps taken so far."""
+        return self.seed, self.stats.steps
 
 
 @dataclass
@@ -107,8 +93,8 @@ class Engine:
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.ids: set = set()
+        self.added = 0                 # requests added so far: the index of a derived seed
         self.step_count = 0
-        self.arrivals = 0
         self.stats = SpecStats()
 
     # -- requests --------------------------------------------------------------------------------
@@ -128,9 +114,9 @@ class Engine:
         if request_id in self.ids:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         self.ids.add(request_id)
-        seed = params.seed if params.seed is not None else stream(self.spec.seed, self.arrivals, salt=1)
-        self.arrivals += 1
-        self.waiting.append(Request(request_id, params, ids, len(ids), V, seed=seed & SEED_MASK))
+        seed = params.seed if params.seed is not None else request_seed(self.spec.seed, self.added)
+        self.added += 1
+        self.waiting.append(Request(request_id, params, ids, len(ids), V, seed))
 
     def abort(self, request_id) -> None:
         """Remove a request (running or waiting) and free its cache row."""
@@ -187,12 +173,12 @@ class Engine:
             return "sample"
         return self.spec.verify
 
-    def _draft_mode(self, method: str, reqs) -> DraftMode:
-        """Greedy drafting for greedy verification; else sampling, each request from its own generator."""
+    def _draft_mode(self, reqs, method: str) -> DraftMode:
+        """Greedy drafting for greedy verification; else sampling, each request from its own stream."""
         if method == "greedy":
             return DraftMode(sample=False)
-        gens = tuple(torch.Generator(device=self.device).manual_seed(stream(r.seed, r.step, salt=2)) for r in reqs)
-        return DraftMode(sample=True, without_replacement=self.spec.siblings_without_replacement, generators=gens)
+        return DraftMode(sample=True, without_replacement=self.spec.siblings_without_replacement,
+                         generators=tuple(generators([r.stream for r in reqs], self.device)))
 
     def _score(self, reqs, prop):
         """One target forward over every request's tree -> (logits float32 ``[B, N, V]``, aux or None).
@@ -238,7 +224,7 @@ class Engine:
         t0 = time.perf_counter()
         D, method = self.spec.depth_for_batch(len(reqs)), self._method(reqs)
         prop = self.drafter.propose(reqs, [self._depth(r, D) for r in reqs], self.spec.branching,
-                                    self._draft_mode(method, reqs))
+                                    self._draft_mode(reqs, method))
         t1 = time.perf_counter()
         logits, aux = self._score(reqs, prop)                                       # [B, N, V]
         acc, path, bonus = self._verify(reqs, prop, logits, method)                 # [B], [B, L], [B]
@@ -267,53 +253,28 @@ class Engine:
         if method == "greedy":
             return ops().verify_greedy(prop.tokens, parents32, logits, nodes32, max_depth)
         target_probs = probs_per_request(logits, [r.sampling for r in reqs])                   # [B, N, V]
-        if prop.draft_probs is None:                  # nothing drafted (D = 0): no row is read
-            prop.draft_probs = torch.zeros_like(target_probs)
+        B, N, V = target_probs.shape
+        drafts = prop.tokens[:, 1:].contiguous()                                              # [B, N-1]
+        draft_probs = prop.draft_probs                                                        # [B, N-1, V]
+        if draft_probs is None:                       # nothing drafted (D = 0): no row is read
+            draft_probs = target_probs.new_zeros(B, N - 1, V)
+        seed, offset = self._streams(reqs)
         if method == "sample":
-            return self._verify_sample(reqs, prop, target_probs, parents32, nodes32, max_depth)
-        return self._verify_block(reqs, prop, target_probs, max_depth)
-
-    @staticmethod
-    def _calls(reqs, key=lambda i: 0):
-        """Groups of batch rows verified by one op call, with their ``(seed, offset)``: each sampled
-        request alone with its own stream; greedy requests (one-hot distributions: no draw changes
-        their outcome) together, split by ``key``."""
-        greedy: dict = {}
-        for i, r in enumerate(reqs):
-            if r.params.temperature > 0:
-                yield [i], r.seed, r.step
-            else:
-                greedy.setdefault(key(i), []).append(i)
-        for rows in greedy.values():
-            yield rows, 0, 0
-
-    def _verify_sample(self, reqs, prop, target_probs, parents32, nodes32, max_depth):
-        dev = target_probs.device
-        acc = torch.zeros(len(reqs), dtype=torch.int32, device=dev)
-        path = torch.full((len(reqs), max_depth + 1), -1, dtype=torch.int32, device=dev)
-        bonus = torch.zeros(len(reqs), dtype=torch.int64, device=dev)
-        for rows, seed, offset in self._calls(reqs):
-            idx = torch.tensor(rows, device=dev)
-            acc[idx], path[idx], bonus[idx] = ops().verify_sample(
-                prop.tokens[idx], parents32[idx], target_probs[idx], prop.draft_probs[idx], seed, offset,
-                self.spec.siblings_without_replacement, nodes32[idx], max_depth)
-        return acc, path, bonus
-
-    def _verify_block(self, reqs, prop, target_probs, max_depth):
-        """Block verification of chains: one call per sampled request, greedy ones per chain length."""
-        B, dev = len(reqs), target_probs.device
-        acc = torch.zeros(B, dtype=torch.int32, device=dev)
-        bonus = torch.zeros(B, dtype=torch.int64, device=dev)
-        nodes = prop.num_nodes.tolist()
-        for rows, seed, offset in self._calls(reqs, key=lambda i: nodes[i]):
-            idx, n = torch.tensor(rows, device=dev), nodes[rows[0]]
-            acc[idx], bonus[idx] = ops().verify_block(
-                prop.tokens[idx, 1:n].contiguous(), target_probs[idx, :n].contiguous(),
-                prop.draft_probs[idx, :n - 1].contiguous(), seed, offset)
+            return ops().verify_sample(drafts, parents32, target_probs, draft_probs, seed, offset,
+                                       spec.siblings_without_replacement, nodes32 - 1, max_depth)
+        # block verification: chains, ragged through draft_lens
+        acc, bonus = ops().verify_block(drafts, target_probs, draft_probs, seed, offset, nodes32 - 1)
         # a chain's accepted path is nodes 0..acc
-        steps = torch.arange(max_depth + 1, dtype=torch.int32, device=dev)
+        steps = torch.arange(max_depth + 1, dtype=torch.int32, device=logits.device)
         path = torch.where(steps[None] <= acc[:, None], steps[None], torch.full_like(steps, -1)[None])
         return acc, path.contiguous(), bonus
+
+    def _streams(self, reqs):
+        """The verifiers' random streams, request by request: seed int64 ``[B]`` (each request's
+        own) and offset int64 ``[B]`` (its step count), never its batch position."""
+        seed = torch.tensor([signed64(r.seed) for r in reqs], dtype=torch.int64, device=self.device)
+        offset = torch.tensor([r.stats.steps for r in reqs], dtype=torch.int64, device=self.device)
+        return seed, offset
 
     def _commit(self, reqs, prop, acc, path, bonus, new_lens, aux):
         """Append accepted tokens + bonus, update drafter state, apply stop rules and stats."""
