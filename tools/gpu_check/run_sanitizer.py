@@ -1,0 +1,159 @@
+"""compute-sanitizer over the per-op drivers ``sanitize_<op>.py``, several processes at a time.
+
+    python3 tools/gpu_check/run_sanitizer.py [--tools memcheck,racecheck] [--sizes full|quick|smoke]
+                                             [--jobs 10] [--logs DIR] [--results DIR] [--device cuda|cpu]
+
+For each tool and op: ``compute-sanitizer --tool T --error-exitcode 99 --kernel-name kns=trtspec
+python3 sanitize_<op>.py --device cuda --sizes S`` (only trtspec's kernels are instrumented, so
+torch's own kernels run at full speed; if this compute-sanitizer rejects ``--kernel-name`` the run
+is repeated without it). A run passes when the sanitizer reports 0 errors and the driver's own
+checks pass. One result per tool, ``sanitizer.<tool>``, figure "ops x cases: errors".
+
+``--device cpu`` runs the drivers without a sanitizer on the CPU ops (a dry run of the drivers
+where no GPU exists); its result is ``sanitizer.<tool>`` = ``skipped: no GPU`` with the dry run's
+outcome as the figure, or ``fail`` if a driver is broken.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from result import write_result  # noqa: E402
+
+OPS = ("tree_metadata", "verify_greedy", "verify_sample", "verify_block", "accepted_kv_indices")
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
+BAD_OPTION = re.compile(r"(unrecognized|unknown|invalid) (option|argument|value)|kernel-name", re.I)
+
+
+def find_sanitizer() -> str | None:
+    env = os.environ.get("COMPUTE_SANITIZER")
+    if env:
+        return env if Path(env).is_file() else None
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and (Path(root) / "bin" / "compute-sanitizer").is_file():
+            return str(Path(root) / "bin" / "compute-sanitizer")
+    return None
+
+
+def _driver_cmd(op: str, device: str, sizes: str, report: Path) -> list[str]:
+    return [sys.executable, str(HERE / f"sanitize_{op}.py"), "--device", device, "--sizes", sizes,
+            "--json", str(report)]
+
+
+def run_one(sanitizer: str | None, tool: str | None, op: str, sizes: str, device: str, logs: Path,
+            timeout: float) -> dict:
+    """One driver (under ``tool`` when given); returns {op, tool, errors, driver, rc, seconds, log}."""
+    tag = f"{tool or 'plain'}_{op}"
+    log, report = logs / f"sanitizer_{tag}.log", logs / f"sanitizer_{tag}.json"
+    report.unlink(missing_ok=True)
+    base = _driver_cmd(op, device, sizes, report)
+    attempts = [base]
+    if tool:
+        head = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20"]
+        attempts = [head + ["--kernel-name", "kns=trtspec"] + base, head + base]
+    t0 = time.perf_counter()
+    rc, text = -1, ""
+    for i, cmd in enumerate(attempts):
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            rc, text = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, text = 124, f"timeout after {timeout:.0f} s\n{e.stdout or ''}{e.stderr or ''}"
+        if i == 0 and tool and rc not in (0, 1, 99, 124) and BAD_OPTION.search(text) and not SUMMARY.search(text):
+            text = f"[--kernel-name rejected; rerunning without it]\n{text}"
+            continue
+        break
+    log.write_text(" ".join(map(str, cmd)) + "\n" + text, encoding="utf-8")
+    m = SUMMARY.findall(text)
+    errors = sum(int(x) for x in m) if m else None
+    driver = json.loads(report.read_text()) if report.is_file() else None
+    return {"op": op, "tool": tool, "rc": rc, "errors": errors, "driver": driver,
+            "seconds": round(time.perf_counter() - t0, 1), "log": str(log)}
+
+
+def verdict(runs: list[dict], sanitized: bool) -> tuple[bool, str]:
+    cases = sum(r["driver"]["cases"] for r in runs if r["driver"])
+    bad = []
+    for r in runs:
+        if r["driver"] is None:
+            bad.append(f"{r['op']}: no report (rc {r['rc']})")
+        elif r["driver"]["failures"]:
+            bad.append(f"{r['op']}: {len(r['driver']['failures'])} failed cases")
+        if sanitized and (r["errors"] is None or r["errors"] > 0 or r["rc"] not in (0, 1)):
+            bad.append(f"{r['op']}: {r['errors'] if r['errors'] is not None else '?'} sanitizer errors (rc {r['rc']})")
+    errors = sum(r["errors"] or 0 for r in runs)
+    head = f"{len(runs)} ops, {cases} cases" + (f": {errors} sanitizer errors" if sanitized else ": drivers ok")
+    return not bad, head if not bad else head + "; " + "; ".join(bad)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tools", default="memcheck,racecheck")
+    ap.add_argument("--sizes", default="full", choices=["full", "quick", "smoke"])
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--jobs", type=int, default=10, help="driver processes at a time (all tools share one pool)")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per driver process")
+    ap.add_argument("--logs", default="gpu_check_out/logs")
+    ap.add_argument("--results", default=None, help="write sanitizer.<tool>.json results here")
+    args = ap.parse_args(argv)
+    tools = [t for t in args.tools.split(",") if t]
+    ops = [o for o in args.ops.split(",") if o]
+    for name, values, allowed in (("--tools", tools, TOOLS), ("--ops", ops, OPS)):
+        unknown = sorted(set(values) - set(allowed))
+        if unknown or not values:
+            ap.error(f"{name}: expected some of {','.join(allowed)}, got {','.join(values) or 'nothing'}")
+    logs = Path(args.logs)
+    logs.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    ok_all = True
+    if args.device == "cpu":  # dry run of the drivers, once, reported under every tool
+        with ThreadPoolExecutor(args.jobs) as pool:
+            runs = list(pool.map(lambda op: run_one(None, None, op, args.sizes, "cpu", logs, args.timeout), ops))
+        ok, figure = verdict(runs, sanitized=False)
+        for tool in tools:
+            status = "skipped: no GPU" if ok else "fail"
+            if args.results:
+                write_result(args.results, f"sanitizer.{tool}", status, f"cpu dry-run: {figure}", {"runs": runs},
+                             time.perf_counter() - t0)
+            print(f"sanitizer.{tool}: {status}: cpu dry-run: {figure}")
+        return 0 if ok else 1
+    sanitizer = find_sanitizer()
+    if sanitizer is None:
+        for tool in tools:
+            if args.results:
+                write_result(args.results, f"sanitizer.{tool}", "skipped: compute-sanitizer not found", "-")
+        print("run_sanitizer: compute-sanitizer not found (set COMPUTE_SANITIZER)")
+        return 0
+    pairs = [(tool, op) for tool in tools for op in ops]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        runs = list(pool.map(lambda p: run_one(sanitizer, p[0], p[1], args.sizes, "cuda", logs, args.timeout), pairs))
+    for tool in tools:
+        mine = [r for r in runs if r["tool"] == tool]
+        ok, figure = verdict(mine, sanitized=True)
+        ok_all &= ok
+        if args.results:
+            write_result(args.results, f"sanitizer.{tool}", "pass" if ok else "fail", figure, {"runs": mine},
+                         max(r["seconds"] for r in mine))
+        print(f"sanitizer.{tool}: {'pass' if ok else 'fail'}: {figure}")
+    print(f"run_sanitizer: {len(pairs)} runs, {args.jobs} at a time, {time.perf_counter() - t0:.0f} s")
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
