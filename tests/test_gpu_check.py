@@ -172,3 +172,34 @@ def test_wheels_script_refuses_an_unknown_group():
     proc = subprocess.run(["bash", str(ROOT / "tools" / "gpu_check_wheels.sh"), "--only", "nosuch"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHON": sys.executable})
     assert proc.returncode != 0 and "unknown group 'nosuch'" in proc.stderr
+
+
+STAND_IN = '''#!{python}
+"""Stands in for compute-sanitizer to test run_sanitizer.py's own logic (nothing is checked here):
+rejects --kernel-name like an older release, else runs the wrapped command and prints a summary."""
+import subprocess, sys
+args = sys.argv[1:]
+if "--kernel-name" in args:
+    print("Error: unrecognized option '--kernel-name'", file=sys.stderr)
+    sys.exit(3)
+while args and args[0].startswith("--"):
+    args = args[2:]
+rc = subprocess.call(args)
+print("========= ERROR SUMMARY: {errors} errors")
+sys.exit(99 if {errors} else rc)
+'''
+
+
+@pytest.mark.parametrize("errors", [0, 2])
+def test_run_sanitizer_drops_a_rejected_kernel_filter_and_counts_the_summary(tmp_path, errors):
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(STAND_IN.format(python=sys.executable, errors=errors))
+    fake.chmod(0o755)
+    run = run_sanitizer.run_one(str(fake), "memcheck", "verify_block", "smoke", "cpu", tmp_path, 300)
+    log = Path(run["log"]).read_text()
+    assert "[--kernel-name rejected; rerunning without it]" in log and "--kernel-name" not in log.splitlines()[0]
+    assert run["errors"] == errors and run["driver"]["cases"] > 0 and not run["driver"]["failures"]
+    ok, figure = run_sanitizer.verdict([run], sanitized=True, control={"detected": True, "note": "planted ok"})
+    assert ok == (errors == 0) and "planted ok" in figure
+    ok, figure = run_sanitizer.verdict([run], sanitized=True, control={"detected": False, "note": "NOT reported"})
+    assert not ok and "clean runs prove nothing" in figure

@@ -182,6 +182,9 @@ step bench_recipe bench_recipe 180 "$PY" tools/gpu_check/steps.py bench_recipe $
 if [ $QUICK = 1 ]; then
   result timing.flashinfer "skipped: --quick" "-"
 else
-  step flashinfer timing.flashinfer 150 "$PY" tools/gpu_check/flashinfer_check.py --results "$RES" --json "$LOGS/flashinfer.json"
+  FI_LIMIT=$(( $(remaining) - 20 < 130 ? $(remaining) - 20 : 130 ))
+  [ "$FI_LIMIT" -ge 5 ] || FI_LIMIT=5
+  step flashinfer timing.flashinfer 150 "$PY" tools/gpu_check/flashinfer_check.py --results "$RES" --json "$LOGS/flashinfer.json" \
+    --limit "$FI_LIMIT"
 fi
 finish

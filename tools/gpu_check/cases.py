@@ -5,7 +5,8 @@ the kernel) over the shapes below, on valid inputs and on the bad-input paths, a
 
 * valid inputs: the device's outputs equal the C++ CPU op's (tree_metadata, verify_greedy,
   accepted_kv_indices), or lie in their documented ranges (the sampled ops, whose float64 sums
-  may round differently on the GPU: tests/test_ops_cuda.py checks those statistically);
+  may round differently on the GPU: tests/test_ops_cuda.py checks those statistically); on CUDA
+  the allocator's free blocks are poisoned before each call, so an unwritten output element shows;
 * bad data: on CUDA the documented "invalid" verdict for the bad request (see the verdict comment
   at the top of each ``cpp/src/*_cuda.cu``), the other requests' outputs unchanged; on CPU a
   RuntimeError from the launcher (the CPU path rejects the same data before running).
@@ -34,6 +35,8 @@ SIZES = {
     "smoke": [(1, 1, 111), (3, 5, 111)],
 }
 KINDS = ("chain", "tree", "star")
+POISON = 0x7F  # byte pattern: int32 2139062143, int64 0x7F7F..., float 3.4e38, none of them an op's output
+POISON_BLOCKS = (64 * 1024,) * 32 + (4 * 2**20,) * 4  # small-pool and large-pool blocks of the allocator
 
 
 def parents(g, B: int, N: int, kind: str):
@@ -144,9 +147,24 @@ class Driver:
             self.failures.append(f"{name}: {type(e).__name__}: {e}")
             traceback.print_exc(limit=3)
 
+    def poison(self):
+        """Fill, then free, blocks of torch's caching allocator with POISON bytes, so that the op's
+        outputs (allocated uninitialised by the binding) most likely reuse poisoned memory: an
+        element the kernel failed to write then differs from the CPU's output."""
+        import torch
+
+        blocks = [torch.empty(n, dtype=torch.uint8, device=self.device) for n in POISON_BLOCKS]
+        for b in blocks:
+            b.fill_(POISON)
+        del blocks
+
     def call(self, *args):
-        """The raw op on ``args`` moved to the device; outputs back on the CPU."""
-        out = self.fn(*self.dev(*args))
+        """The raw op on ``args`` moved to the device (allocator poisoned first on CUDA); outputs
+        back on the CPU."""
+        args = [a.to(self.device) if hasattr(a, "to") else a for a in args]
+        if self.cuda:
+            self.poison()
+        out = self.fn(*args)
         return [t.cpu() for t in out]
 
     def reference(self, *args):

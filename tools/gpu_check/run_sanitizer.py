@@ -7,7 +7,9 @@ For each tool and op: ``compute-sanitizer --tool T --error-exitcode 99 --kernel-
 python3 sanitize_<op>.py --device cuda --sizes S`` (only trtspec's kernels are instrumented, so
 torch's own kernels run at full speed; if this compute-sanitizer rejects ``--kernel-name`` the run
 is repeated without it). A run passes when the sanitizer reports 0 errors and the driver's own
-checks pass. One result per tool, ``sanitizer.<tool>``, figure "ops x cases: errors".
+checks pass, and the tool reports the planted error of its positive control (planted.py: same
+arguments, a kernel with a known out-of-bounds write / shared-memory race / uninitialized read).
+One result per tool, ``sanitizer.<tool>``, figure "ops, cases: errors; control".
 
 ``--device cpu`` runs the drivers without a sanitizer on the CPU ops (a dry run of the drivers
 where no GPU exists); its result is ``sanitizer.<tool>`` = ``skipped: no GPU`` with the dry run's
@@ -29,6 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from planted import TOOLS as PLANTED  # noqa: E402
 from result import write_result  # noqa: E402
 
 OPS = ("tree_metadata", "verify_greedy", "verify_sample", "verify_block", "accepted_kv_indices")
@@ -55,19 +58,14 @@ def _driver_cmd(op: str, device: str, sizes: str, report: Path) -> list[str]:
             "--json", str(report)]
 
 
-def run_one(sanitizer: str | None, tool: str | None, op: str, sizes: str, device: str, logs: Path,
-            timeout: float) -> dict:
-    """One driver (under ``tool`` when given); returns {op, tool, errors, driver, rc, seconds, log}."""
-    tag = f"{tool or 'plain'}_{op}"
-    log, report = logs / f"sanitizer_{tag}.log", logs / f"sanitizer_{tag}.json"
-    report.unlink(missing_ok=True)
-    base = _driver_cmd(op, device, sizes, report)
+def _sanitized(sanitizer: str | None, tool: str | None, base: list[str], timeout: float) -> tuple[list[str], int, str]:
+    """Run ``base`` (under ``tool`` with trtspec's kernel filter when given; without the filter if
+    this compute-sanitizer rejects it): (command, exit code, output)."""
     attempts = [base]
     if tool:
         head = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--print-limit", "20"]
         attempts = [head + ["--kernel-name", "kns=trtspec"] + base, head + base]
-    t0 = time.perf_counter()
-    rc, text = -1, ""
+    rc, text, cmd, note = -1, "", attempts[0], ""
     for i, cmd in enumerate(attempts):
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -75,18 +73,48 @@ def run_one(sanitizer: str | None, tool: str | None, op: str, sizes: str, device
         except subprocess.TimeoutExpired as e:
             rc, text = 124, f"timeout after {timeout:.0f} s\n{e.stdout or ''}{e.stderr or ''}"
         if i == 0 and tool and rc not in (0, 1, 99, 124) and BAD_OPTION.search(text) and not SUMMARY.search(text):
-            text = f"[--kernel-name rejected; rerunning without it]\n{text}"
+            note = f"[--kernel-name rejected; rerunning without it]\n{text}\n"
             continue
         break
-    log.write_text(" ".join(map(str, cmd)) + "\n" + text, encoding="utf-8")
+    return cmd, rc, note + text
+
+
+def _errors(text: str) -> int | None:
     m = SUMMARY.findall(text)
-    errors = sum(int(x) for x in m) if m else None
+    return sum(int(x) for x in m) if m else None
+
+
+def run_one(sanitizer: str | None, tool: str | None, op: str, sizes: str, device: str, logs: Path,
+            timeout: float) -> dict:
+    """One driver (under ``tool`` when given); returns {op, tool, errors, driver, rc, seconds, log}."""
+    tag = f"{tool or 'plain'}_{op}"
+    log, report = logs / f"sanitizer_{tag}.log", logs / f"sanitizer_{tag}.json"
+    report.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    cmd, rc, text = _sanitized(sanitizer, tool, _driver_cmd(op, device, sizes, report), timeout)
+    log.write_text(" ".join(map(str, cmd)) + "\n" + text, encoding="utf-8")
     driver = json.loads(report.read_text()) if report.is_file() else None
-    return {"op": op, "tool": tool, "rc": rc, "errors": errors, "driver": driver,
+    return {"op": op, "tool": tool, "rc": rc, "errors": _errors(text), "driver": driver,
             "seconds": round(time.perf_counter() - t0, 1), "log": str(log)}
 
 
-def verdict(runs: list[dict], sanitized: bool) -> tuple[bool, str]:
+def run_control(sanitizer: str, tool: str, logs: Path, timeout: float) -> dict:
+    """The planted-error kernel of ``tool`` (planted.py) under the sanitizer: {tool, detected, errors, note}."""
+    if tool not in PLANTED:
+        return {"tool": tool, "detected": None, "errors": None, "note": "no planted control for this tool"}
+    log = logs / f"sanitizer_{tool}_control.log"
+    cmd, rc, text = _sanitized(sanitizer, tool, [sys.executable, str(HERE / "planted.py"), tool], timeout)
+    log.write_text(" ".join(map(str, cmd)) + "\n" + text, encoding="utf-8")
+    errors = _errors(text)
+    if "No module named 'cupy'" in text:
+        return {"tool": tool, "detected": None, "errors": errors, "note": "no control: cupy missing"}
+    return {"tool": tool, "detected": bool(errors), "errors": errors, "rc": rc, "log": str(log),
+            "note": f"planted error {'reported' if errors else 'NOT reported'} ({errors} errors)"}
+
+
+def verdict(runs: list[dict], sanitized: bool, control: dict | None = None) -> tuple[bool, str]:
+    """(ok, figure) of one tool's runs over the drivers; with ``control`` (run_control), a planted
+    error the sanitizer did not report fails the tool (its clean runs prove nothing)."""
     cases = sum(r["driver"]["cases"] for r in runs if r["driver"])
     bad = []
     for r in runs:
@@ -96,8 +124,12 @@ def verdict(runs: list[dict], sanitized: bool) -> tuple[bool, str]:
             bad.append(f"{r['op']}: {len(r['driver']['failures'])} failed cases")
         if sanitized and (r["errors"] is None or r["errors"] > 0 or r["rc"] not in (0, 1)):
             bad.append(f"{r['op']}: {r['errors'] if r['errors'] is not None else '?'} sanitizer errors (rc {r['rc']})")
+    if control is not None and control["detected"] is False:
+        bad.append(f"positive control: {control['note']}, so clean runs prove nothing")
     errors = sum(r["errors"] or 0 for r in runs)
     head = f"{len(runs)} ops, {cases} cases" + (f": {errors} sanitizer errors" if sanitized else ": drivers ok")
+    if control is not None and control["detected"] is not False:
+        head += f"; {control['note']}"
     return not bad, head if not bad else head + "; " + "; ".join(bad)
 
 
@@ -142,13 +174,16 @@ def main(argv=None) -> int:
         return 0
     pairs = [(tool, op) for tool in tools for op in ops]
     with ThreadPoolExecutor(args.jobs) as pool:
+        controls = {t: pool.submit(run_control, sanitizer, t, logs, args.timeout) for t in tools}
         runs = list(pool.map(lambda p: run_one(sanitizer, p[0], p[1], args.sizes, "cuda", logs, args.timeout), pairs))
+        controls = {t: f.result() for t, f in controls.items()}
     for tool in tools:
         mine = [r for r in runs if r["tool"] == tool]
-        ok, figure = verdict(mine, sanitized=True)
+        ok, figure = verdict(mine, sanitized=True, control=controls[tool])
         ok_all &= ok
         if args.results:
-            write_result(args.results, f"sanitizer.{tool}", "pass" if ok else "fail", figure, {"runs": mine},
+            write_result(args.results, f"sanitizer.{tool}", "pass" if ok else "fail", figure,
+                         {"runs": mine, "control": controls[tool]},
                          max(r["seconds"] for r in mine))
         print(f"sanitizer.{tool}: {'pass' if ok else 'fail'}: {figure}")
     print(f"run_sanitizer: {len(pairs)} runs, {args.jobs} at a time, {time.perf_counter() - t0:.0f} s")
