@@ -136,8 +136,9 @@ def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, c
                             draft_model=draft_model, max_batch_size=max_batch_size, draft_quant=draft_quant,
                             category=category)
         result = run_plan(req)
-    except RecipeError as exc:
-        raise click.ClickException(str(exc)) from exc
+    except RecipeError as exc:  # bad input: one line, usage-error exit status
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
     label = Path(model).name if Path(model).exists() else req.model.name
     recipe = recipe_from_plan(result, model_label=label, max_batch_size=max(max_batch_size, max(req.batches)))
     if as_json:
