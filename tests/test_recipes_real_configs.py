@@ -240,6 +240,15 @@ def test_deepseek_v4_is_compressed_sparse_attention_not_sliding_window_gqa():
     assert a.mla.kv_lora_rank + a.mla.qk_rope_head_dim == cfg["head_dim"]  # one shared-KV head per token
 
 
+def test_deepseek_v4_as_transformers_saves_it_parses_the_same():
+    """transformers' DeepseekV4Config writes ``layer_types`` names in place of ``compress_ratios``."""
+    cfg = raw("deepseek-ai--DeepSeek-V4-Flash")
+    names = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+    saved = {k: v for k, v in cfg.items() if k != "compress_ratios"}
+    saved["layer_types"] = [names[r] for r in cfg["compress_ratios"][: cfg["num_hidden_layers"]]]
+    assert from_hf_config(saved).blocks == arch("deepseek-ai--DeepSeek-V4-Flash").blocks
+
+
 def test_deepseek_v4_kv_cache_bytes_from_the_config():
     a, cfg = arch("deepseek-ai--DeepSeek-V4-Flash"), raw("deepseek-ai--DeepSeek-V4-Flash")
     C, hd, rope, idim = 65536, cfg["head_dim"], cfg["qk_rope_head_dim"], cfg["index_head_dim"]
@@ -326,6 +335,8 @@ def test_gemma4_global_layers_and_the_dense_mlp_beside_the_experts():
     assert (g.kv_heads, g.head_dim, g.shared_kv) == (cfg["num_global_key_value_heads"], cfg["global_head_dim"], True)
     assert a.moe.shared_intermediate == cfg["intermediate_size"] and a.moe.intermediate == cfg["moe_intermediate_size"]
     assert arch("nvidia--Gemma-4-31B-IT-NVFP4").moe is None
+    # KV (K and V both cached): 5 global layers x 2 heads x (512 + 512) per token, sliding layers 1024 tokens
+    assert cache_bytes(a, Precision.of("fp8"), 1, 1, 100_000) == 100_000 * 5 * 2 * 1024 + 1024 * 25 * 8 * 512
 
 
 def test_llama4_chunked_attention_and_interleaved_experts():
@@ -348,6 +359,7 @@ def test_nemotron_nas_blocks():
         if b.mixer:
             assert b.dims.kv_heads == 64 // bc["attention"]["n_heads_in_group"]
     assert a.blocks[1].ffn_width == 28672  # ffn_mult 5.25
+    assert a.group_size == 8 and a.attention_kind() == "gqa"  # n_heads_in_group 8, not the null KV-head count
     assert a.total_params() / 1e9 == pytest.approx(49.9, abs=0.05)  # Llama-3.3-Nemotron-Super-49B
 
 
@@ -400,6 +412,9 @@ REFUSED = [
     ("MiniMaxAI--MiniMax-M3", lambda c: {**c, "sparse_attention_config": {**c["sparse_attention_config"],
                                                                           "sparse_topk_blocks": 0}},
      "sparse_topk_blocks"),
+    ("nvidia--GLM-5.2-NVFP4", lambda c: {k: v for k, v in c.items() if k != "index_topk"}, "index_topk"),
+    ("XiaomiMiMo--MiMo-V2-Flash", lambda c: {**c, "hybrid_layer_pattern": c["hybrid_layer_pattern"][:-1]},
+     "hybrid_layer_pattern"),
 ]
 
 

@@ -172,8 +172,15 @@ class Architecture:
 
     @property
     def group_size(self) -> int:
-        """GQA group G = query heads per KV head (MLA: all heads share one latent, so G = heads)."""
-        return self.num_heads if self.mla else self.num_heads // self.num_kv_heads
+        """GQA group G = query heads per KV head of the most common attention layer (MLA: all heads share one
+        latent, so G = heads)."""
+        if self.mla:
+            return self.num_heads
+        dims = Counter(self.attn_dims(b) for b in self.blocks if b.mixer in ("attention", "sliding"))
+        if not dims:
+            return self.num_heads // self.num_kv_heads
+        d = dims.most_common(1)[0][0]
+        return d.heads // d.kv_heads
 
     def block_counts(self) -> Counter:
         """How many blocks of each (mixer, ffn, window) kind; the cost model sums per kind."""
@@ -279,7 +286,7 @@ class Architecture:
             return "hybrid"
         if mixers.get("sliding"):
             return "sliding+full" if mixers.get("attention") else "sliding"
-        return "mha" if self.num_heads == self.num_kv_heads else "gqa"
+        return "mha" if self.group_size == 1 else "gqa"
 
     def summary(self) -> dict:
         mixers = Counter(b.mixer for b in self.blocks if b.mixer)
@@ -358,7 +365,7 @@ def _moe_spec(cfg: dict, name: str, hidden: int, dense_width: int) -> MoESpec | 
 
 
 def _mla_spec(cfg: dict, name: str) -> MLASpec | None:
-    if cfg.get("compress_ratios") is not None:  # DeepSeek-V4: one shared-KV head of head_dim (nope + rope)
+    if hf_layouts.is_deepseek_v4(cfg):  # DeepSeek-V4: one shared-KV head of head_dim (nope + rope)
         hd, rope = _pos_int(cfg.get("head_dim"), "head_dim", name), _pos_int(cfg.get("qk_rope_head_dim"),
                                                                               "qk_rope_head_dim", name)
         return MLASpec(kv_lora_rank=hd - rope, qk_rope_head_dim=rope, qk_nope_head_dim=hd - rope, v_head_dim=hd,
@@ -408,6 +415,14 @@ def _mamba_spec(cfg: dict, name: str, hidden: int) -> StateSpec:
                      flops_per_token=6 * mh * md * ds)
 
 
+def _output_gate(cfg: dict) -> bool:
+    """Qwen3-Next / Qwen3.5 always gate full attention (transformers builds q_proj with 2 x heads x head_dim
+    outputs); others say so with ``attn_output_gate`` / ``attention_output_gate``."""
+    if str(cfg.get("model_type", "")).startswith(("qwen3_next", "qwen3_5")):
+        return True
+    return bool(cfg.get("attn_output_gate") or cfg.get("attention_output_gate"))
+
+
 def from_hf_config(cfg: dict, name: str | None = None, source: str = "") -> Architecture:
     """Build an ``Architecture`` from a HF ``config.json`` dict; raises ``ConfigError`` naming the bad field."""
     if not isinstance(cfg, dict):
@@ -446,7 +461,7 @@ def from_hf_config(cfg: dict, name: str | None = None, source: str = "") -> Arch
         linear=_linear_spec(cfg, name, hidden) if "linear" in mixers else None,
         mamba=_mamba_spec(cfg, name, hidden) if "mamba2" in mixers else None,
         mtp_layers=mtp, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        attn_output_gate=bool(cfg.get("attn_output_gate") or cfg.get("attention_output_gate")), source=source,
+        attn_output_gate=_output_gate(cfg), source=source,
     )
 
 

@@ -205,7 +205,7 @@ def _typed_mixers(cfg: dict, name: str, n_layers: int, geo: Geometry) -> list:
 
 
 def _default_mixers(cfg: dict, name: str, n_layers: int, geo: Geometry) -> list:
-    window = geo.window
+    window = _pos(cfg, "sliding_window", name) if geo.window is not None else None
     if cfg.get("full_attention_interval"):
         every = _pos(cfg, "full_attention_interval", name)
         return [Layer("attention" if (i + 1) % every == 0 else "linear") for i in range(n_layers)]
@@ -223,7 +223,27 @@ def _default_mixers(cfg: dict, name: str, n_layers: int, geo: Geometry) -> list:
     return [Layer("attention") for _ in range(n_layers)]
 
 
+def _dsv4_ratios(cfg: dict, name: str, n_layers: int) -> list:
+    """DeepSeek-V4 as transformers saves it: ``layer_types`` names and ``compress_rates`` instead of
+    ``compress_ratios``."""
+    rates = {"sliding_attention": 0, "compressed_sparse_attention": 4, "heavily_compressed_attention": 128,
+             **(cfg.get("compress_rates") or {})}
+    types = _check_len(cfg["layer_types"][:n_layers], "layer_types", name, n_layers)
+    for i, t in enumerate(types):
+        if t not in rates:
+            raise ConfigError(f"{name}: unknown DeepSeek-V4 attention type {t!r} at layer_types[{i}]; expected one "
+                              f"of {sorted(rates)}")
+    return [rates[t] for t in types]
+
+
+def is_deepseek_v4(cfg: dict) -> bool:
+    """DeepSeek-V4's compressed attention: ``compress_ratios``, or ``model_type: deepseek_v4``."""
+    return cfg.get("compress_ratios") is not None or str(cfg.get("model_type")) == "deepseek_v4"
+
+
 def _mixers(cfg: dict, name: str, n_layers: int, geo: Geometry) -> list:
+    if cfg.get("compress_ratios") is None and is_deepseek_v4(cfg) and cfg.get("layer_types"):
+        cfg = {**cfg, "compress_ratios": _dsv4_ratios(cfg, name, n_layers)}
     if cfg.get("compress_ratios") is not None:
         specs = variants.dsv4_layers(cfg, name, n_layers, geo.hidden, geo.heads)
         return [Layer("mla", sparse=s) for s in specs]
@@ -244,6 +264,10 @@ def _mixers(cfg: dict, name: str, n_layers: int, geo: Geometry) -> list:
         for layer, spec in zip(layers, variants.dsa_layers(cfg, name, n_layers, geo.hidden)):
             layer.sparse = spec if layer.mixer == "mla" else None
     sc = cfg.get("sparse_attention_config")
+    types = set(cfg.get("layer_types") or []) if isinstance(cfg.get("layer_types"), list) else set()
+    for kind, field in (("deepseek_sparse_attention", "index_topk"), ("minimax_m3_sparse", "sparse_attention_config")):
+        if kind in types and cfg.get(field) is None:
+            raise ConfigError(f"{name}: layer_types has {kind!r} layers but the config lacks {field!r}")
     if isinstance(sc, dict) and sc.get("use_sparse_attention"):
         for layer, spec in zip(layers, variants.msa_layers(cfg, name, n_layers, geo.hidden)):
             if spec is not None and layer.mixer != "attention":
