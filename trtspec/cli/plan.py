@@ -81,7 +81,7 @@ def save_plot(plan_obj, recipe, path):
                                                "lets the planner choose per batch (guideline 5).")
 @click.option("--draft-model", default=None, help="Draft model (name|dir) for --drafter draft_model.")
 @click.option("--draft-quant", default=None, help="Quantization of the drafter's weights (default: --quant).")
-@click.option("--acceptance", multiple=True, help="FILE | prior:NAME | rates=0.8,0.7,... | al=A@D, for all drafters "
+@click.option("--acceptance", multiple=True, help="FILE | prior:NAME | rates=a1,... | curve=AL1,AL2,... | al=A@D, for all drafters "
               "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter; "
               "none -> error).")
 @click.option("--category", default=None, help="Use the acceptance profile's per-category rates (e.g. coding, math).")
@@ -111,6 +111,14 @@ def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, c
 
     from trtspec.recipes.drafters import DRAFTERS
 
+    try:  # a model the planner cannot describe: one line and the usage-error status, before any work
+        from trtspec.recipes.arch import load_architecture
+
+        load_architecture(model)
+    except RecipeError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
+
     per_drafter, common = {}, None
     for item in acceptance:
         head, sep, rest = item.partition("=")
@@ -136,9 +144,8 @@ def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, c
                             draft_model=draft_model, max_batch_size=max_batch_size, draft_quant=draft_quant,
                             category=category)
         result = run_plan(req)
-    except RecipeError as exc:  # bad input: one line, usage-error exit status
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(2)
+    except RecipeError as exc:
+        raise click.ClickException(str(exc)) from exc
     label = Path(model).name if Path(model).exists() else req.model.name
     recipe = recipe_from_plan(result, model_label=label, max_batch_size=max(max_batch_size, max(req.batches)))
     if as_json:
