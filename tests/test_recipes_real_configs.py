@@ -429,3 +429,15 @@ def test_unsupported_variants_are_refused_in_one_line_naming_the_field(tmp_path,
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: ") and field in lines[0], r.output
+
+
+BUILTINS = {"deepseek-v4-flash": "deepseek-ai--DeepSeek-V4-Flash", "deepseek-v4-pro": "deepseek-ai--DeepSeek-V4-Pro",
+            "deepseek-v3.2": "deepseek-ai--DeepSeek-V3.2", "glm-5.2": "zai-org--GLM-5.2",
+            "minimax-m3": "MiniMaxAI--MiniMax-M3", "gemma-4-26b-a4b": "google--gemma-4-26B-A4B"}
+
+
+@pytest.mark.parametrize("builtin,name", sorted(BUILTINS.items()))
+def test_builtin_models_describe_the_shipped_configs(builtin, name):
+    a, b = load_architecture(builtin), arch(name)
+    assert a.blocks == b.blocks and (a.moe, a.mla, a.linear, a.mamba) == (b.moe, b.mla, b.linear, b.mamba)
+    assert (a.total_params(), a.active_params(), a.mtp_layers) == (b.total_params(), b.active_params(), b.mtp_layers)
