@@ -68,6 +68,11 @@ class Layer:
     ffn_width: int | None = None
 
 
+def _one_of(value, allowed) -> bool:
+    """``value in allowed`` for any JSON value (lists and mappings are never members)."""
+    return isinstance(value, (str, int, float)) and value in allowed
+
+
 def _pos(cfg: dict, key: str, name: str, default=None) -> int:
     return variants._int(cfg, key, name, default=default)
 
@@ -98,13 +103,13 @@ def _pattern_layers(cfg: dict, name: str, n_layers: int, geo: Geometry) -> list:
     else:
         key, types = "layers_block_type", _check_len(cfg["layers_block_type"], "layers_block_type", name, n_layers)
         for i, t in enumerate(types):
-            if t not in BLOCK_TYPES:
+            if not _one_of(t, BLOCK_TYPES):
                 raise ConfigError(f"{name}: unknown layer type {t!r} at layers_block_type[{i}]; expected one of "
                                   f"{sorted(BLOCK_TYPES)}")
         pattern = [BLOCK_TYPES[t] for t in types]
     out = []
     for i, ch in enumerate(pattern):
-        if ch not in PATTERN_CHARS:
+        if not _one_of(ch, PATTERN_CHARS):
             raise ConfigError(f"{name}: unknown layer type {ch!r} at {key}[{i}]; expected one of "
                               f"{sorted(PATTERN_CHARS)} (M mamba, * attention, - MLP, E MoE)")
         mixer, ffn = PATTERN_CHARS[ch]
@@ -191,7 +196,7 @@ def _typed_mixers(cfg: dict, name: str, n_layers: int, geo: Geometry) -> list:
         sliding_dims = AttnDims(other, geo.kv_heads, geo.head_dim, geo.v_head_dim)
     out = []
     for i, t in enumerate(types):
-        if t not in LAYER_TYPE_NAMES:
+        if not _one_of(t, LAYER_TYPE_NAMES):
             raise ConfigError(f"{name}: unknown attention type {t!r} at layer_types[{i}]; expected one of "
                               f"{sorted(LAYER_TYPE_NAMES)}")
         mixer = LAYER_TYPE_NAMES[t]
@@ -226,11 +231,14 @@ def _default_mixers(cfg: dict, name: str, n_layers: int, geo: Geometry) -> list:
 def _dsv4_ratios(cfg: dict, name: str, n_layers: int) -> list:
     """DeepSeek-V4 as transformers saves it: ``layer_types`` names and ``compress_rates`` instead of
     ``compress_ratios``."""
-    rates = {"sliding_attention": 0, "compressed_sparse_attention": 4, "heavily_compressed_attention": 128,
-             **(cfg.get("compress_rates") or {})}
-    types = _check_len(cfg["layer_types"][:n_layers], "layer_types", name, n_layers)
+    custom = cfg.get("compress_rates") or {}
+    if not isinstance(custom, dict):
+        raise ConfigError(f"{name}: 'compress_rates' must map attention types to ratios, got {custom!r}")
+    rates = {"sliding_attention": 0, "compressed_sparse_attention": 4, "heavily_compressed_attention": 128, **custom}
+    types = cfg["layer_types"]
+    types = _check_len(types[:n_layers] if isinstance(types, list) else types, "layer_types", name, n_layers)
     for i, t in enumerate(types):
-        if t not in rates:
+        if not _one_of(t, rates):
             raise ConfigError(f"{name}: unknown DeepSeek-V4 attention type {t!r} at layer_types[{i}]; expected one "
                               f"of {sorted(rates)}")
     return [rates[t] for t in types]
@@ -282,7 +290,7 @@ def _moe_flags(cfg: dict, name: str, n_layers: int) -> list:
     if cfg.get("mlp_layer_types") is not None:
         types = _check_len(cfg["mlp_layer_types"], "mlp_layer_types", name, n_layers)
         for i, t in enumerate(types):
-            if t not in MLP_TYPES:
+            if not _one_of(t, MLP_TYPES):
                 raise ConfigError(f"{name}: unknown MLP type {t!r} at mlp_layer_types[{i}]; expected one of "
                                   f"{sorted(MLP_TYPES)}")
         return [MLP_TYPES[t] == "moe" for t in types]

@@ -260,8 +260,9 @@ def _per_layer(cfg: dict, key: str, name: str, n_layers: int, allowed) -> list:
         raise ConfigError(f"{name}: '{key}' must list at least num_hidden_layers ({n_layers}) values, got "
                           f"{len(values) if isinstance(values, list) else type(values).__name__}")
     for i, v in enumerate(values[:n_layers]):
-        if v not in allowed:
-            raise ConfigError(f"{name}: unsupported value {v!r} at {key}[{i}]; supported: {sorted(allowed, key=str)}")
+        if not isinstance(v, (str, int)) or v not in allowed:
+            supported = sorted(allowed, key=lambda x: (isinstance(x, str), x))
+            raise ConfigError(f"{name}: unsupported value {v!r} at {key}[{i}]; supported: {supported}")
     return values[:n_layers]
 
 
