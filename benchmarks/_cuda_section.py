@@ -187,18 +187,21 @@ def measure(warmup: int = 3, iters: int = 50, device: str = "cuda", vocabs=VOCAB
                     lambda t, p, x: ops.verify_greedy(t, p, x, None, None), (tokens, parents, lg),
                     visited * V * lg.element_size())
                 del lg
-            sample_len, _, _ = ops.verify_sample(tokens, parents, target, draft, 1, 2, False, None, None)
+            # the sampled ops' layout: draft j = node j + 1, its row the distribution it was drawn from
+            drafts = tokens[:, 1:].contiguous()
+            draft_rows = draft[:, parents[0, 1:].long()].contiguous()
+            seed = torch.arange(B, dtype=torch.int64, device=dev)        # a random stream per request
+            offset = torch.full((B,), 2, dtype=torch.int64, device=dev)
+            sample_len, _, _ = ops.verify_sample(drafts, parents, target, draft_rows, seed, offset, False, None, None)
             visited = int(sample_len.sum()) + B
             add("verify_sample", shape, V,
-                lambda t, p, a, b: ops.verify_sample(t, p, a, b, 1, 2, False, None, None),
-                (tokens, parents, target, draft), visited * V * 4 * 2)
+                lambda x, p, a, q, s, o: ops.verify_sample(x, p, a, q, s, o, False, None, None),
+                (drafts, parents, target, draft_rows, seed, offset), visited * V * 4 * 2)
             if shape.startswith("chain"):
                 D = N - 1
-                drafts = tokens[:, 1:].contiguous()
-                block_draft = draft[:, :D].contiguous()
-                add("verify_block", shape, V, lambda x, a, b: ops.verify_block(x, a, b, 1, 2),
-                    (drafts, target, block_draft), (2 * D + 1) * B * V * 4)
-                del block_draft
+                add("verify_block", shape, V, lambda x, a, q, s, o: ops.verify_block(x, a, q, s, o, None),
+                    (drafts, target, draft_rows, seed, offset), (2 * D + 1) * B * V * 4)
+            del draft_rows
             if V == vocabs[0]:
                 cache = torch.randint(0, 4096, (B,), dtype=torch.int32, device=dev)
                 L = acc_nodes.shape[1]

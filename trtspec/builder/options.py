@@ -9,11 +9,14 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from trtspec.bench.runners import RunConfig
 from trtspec.builder.trtllm_config import DEFAULT_TRTLLM_VERSION, TRTLLM_VERSIONS
+from trtspec.builder.vllm_config import DEFAULT_VLLM_VERSION, VLLM_VERSIONS
 
 DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
 QUANTS = ("none", "fp8", "nvfp4", "w4a16_nvfp4", "int4_awq", "w4a8_awq", "int8_sq")
 KV_QUANTS = ("none", "fp8")
 BACKENDS = ("trtllm", "tensorrt")
+#: how the target verifies a draft: per-token rejection sampling, or block verification (Sun et al.).
+VERIFICATIONS = ("token", "block")
 #: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.export.QUANT_FORMATS).
 TENSORRT_QUANTS = {"none": "none", "fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4_awq"}
 #: drafters whose draft is a separate checkpoint (``--draft`` required).
@@ -62,7 +65,13 @@ class BuildOptions(BaseModel):
     measure_new_tokens: PositiveInt = Field(default=RunConfig.max_new_tokens, description="--acceptance measure: "
                                             "tokens generated per turn.")
     trtllm_version: Literal[tuple(TRTLLM_VERSIONS)] = Field(default=DEFAULT_TRTLLM_VERSION,
-                                                            description="TensorRT-LLM LLM-API version to target.")
+                                                            description="TensorRT-LLM LLM-API version to target "
+                                                            "(facts in trtspec/builder/engines/).")
+    vllm_version: Literal[tuple(VLLM_VERSIONS)] = Field(default=DEFAULT_VLLM_VERSION,
+                                                        description="vLLM version vllm.yaml targets.")
+    verification: Literal[VERIFICATIONS] = Field(default="token", description="token: per-token rejection "
+                                                 "sampling; block: block verification where the engine has it "
+                                                 "(vLLM rejection_sample_method block; n-gram falls back to token).")
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Where calibration runs.")
     out: Path = Field(default=Path("trtspec-out/demo"), description="Bundle directory (written atomically).")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Cache of quantized checkpoints.")

@@ -111,6 +111,14 @@ def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, c
 
     from trtspec.recipes.drafters import DRAFTERS
 
+    try:  # a model the planner cannot describe: one line and the usage-error status, before any work
+        from trtspec.recipes.arch import load_architecture
+
+        load_architecture(model)
+    except RecipeError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
+
     per_drafter, common = {}, None
     for item in acceptance:
         head, sep, rest = item.partition("=")

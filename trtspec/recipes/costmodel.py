@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from trtspec.recipes import variants
 from trtspec.recipes.arch import Architecture, Block
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
@@ -141,6 +142,8 @@ def gemm_time(params: float, m: int, gpu: GPU, prec: Precision, hidden: int, wby
 def attention_time(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int,
                    context: int) -> float:
     """Decode/verify attention of one layer (see module docstring, guidelines 2-3)."""
+    if block.is_variant:  # own geometry or sparse / compressed attention: trtspec.recipes.variants prices it
+        return variants.attention_time(arch, block, gpu, prec, tp, batch, tokens, context)
     bw = gpu.bandwidth * gpu.eff_bandwidth
     attn_dtype = "fp8" if prec.kv_bytes <= 1.0 and "fp8" in gpu.flops else "bf16"
     peak = gpu.peak_flops(attn_dtype) * gpu.eff_compute
@@ -209,7 +212,7 @@ def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: 
     c = StepCost(overhead=gpu.layer_overhead * (KERNEL_WEIGHT[block.mixer] + KERNEL_WEIGHT[block.ffn])
                  + gpu.kernel_floor * (SMALL_KERNELS[block.mixer] + SMALL_KERNELS[block.ffn]))
     if block.mixer:
-        c.linear += gemm_time(arch.mixer_params(block.mixer) / tp, m, gpu, prec, arch.hidden, prec.mixer_weight_bytes,
+        c.linear += gemm_time(arch.mixer_params(block) / tp, m, gpu, prec, arch.hidden, prec.mixer_weight_bytes,
                               kernels=GEMM_COUNT[block.mixer])
         if block.mixer in ("linear", "mamba2"):
             c.state += state_time(arch.linear if block.mixer == "linear" else arch.mamba, gpu, prec, tp, batch, tokens)
@@ -218,7 +221,7 @@ def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: 
         c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
     if block.ffn:
         gemms = GEMM_COUNT[block.ffn] if block.ffn == "dense" or arch.moe.shared_intermediate else 1  # router only
-        c.linear += gemm_time(arch.ffn_params(block.ffn) / tp, m, gpu, prec, arch.hidden, kernels=gemms)
+        c.linear += gemm_time(arch.ffn_params(block) / tp, m, gpu, prec, arch.hidden, kernels=gemms)
         if block.ffn == "moe":
             c.moe += moe_time(arch, gpu, prec, tp, m)
         c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
@@ -251,6 +254,8 @@ def cache_bytes(arch: Architecture, prec: Precision, tp: int, batch: int, contex
         if block.mixer in ("linear", "mamba2"):
             spec = arch.linear if block.mixer == "linear" else arch.mamba
             per_req += count * (spec.state * STATE_BYTES + spec.conv * ACT_BYTES) / tp
+        elif block.is_variant:
+            per_req += count * variants.cache_bytes(arch, block, prec, tp, context)
         else:
             length = min(context, block.window) if block.window else context
             kv_div = 1 if block.mixer == "mla" else min(tp, arch.num_kv_heads)
