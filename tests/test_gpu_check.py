@@ -142,11 +142,15 @@ def test_compile_check_reads_the_cuda_flags_from_setup_py():
 
 def test_sanitizer_verdict_fails_on_errors_driver_failures_and_missing_reports():
     ok_run = {"op": "a", "tool": "memcheck", "rc": 0, "errors": 0, "driver": {"cases": 3, "failures": []}}
-    assert run_sanitizer.verdict([ok_run], sanitized=True) == (True, "1 ops, 3 cases: 0 sanitizer errors")
+    assert run_sanitizer.verdict([ok_run], sanitized=True) == ("pass", "1 ops, 3 cases: 0 sanitizer errors")
     bad = [dict(ok_run, errors=2, rc=99), dict(ok_run, op="b", driver={"cases": 1, "failures": ["x"]}),
            dict(ok_run, op="c", driver=None, errors=None, rc=-11)]
-    ok, figure = run_sanitizer.verdict(bad, sanitized=True)
-    assert not ok and "a: 2 sanitizer errors" in figure and "b: 1 failed cases" in figure and "c: no report" in figure
+    status, figure = run_sanitizer.verdict(bad, sanitized=True)
+    assert status == "fail" and "a: 2 sanitizer errors" in figure and "b: 1 failed cases" in figure
+    assert "c: no report" in figure
+    late = dict(ok_run, op="d", not_run=True, driver=None, errors=None, rc=None)
+    assert run_sanitizer.verdict([ok_run, late], sanitized=True)[0] == "skipped: time budget spent before d ran"
+    assert run_sanitizer.verdict([bad[0], late], sanitized=True)[0] == "fail"
     assert run_sanitizer.SUMMARY.findall("========= ERROR SUMMARY: 0 errors\n") == ["0"]
 
 
@@ -199,7 +203,7 @@ def test_run_sanitizer_drops_a_rejected_kernel_filter_and_counts_the_summary(tmp
     log = Path(run["log"]).read_text()
     assert "[--kernel-name rejected; rerunning without it]" in log and "--kernel-name" not in log.splitlines()[0]
     assert run["errors"] == errors and run["driver"]["cases"] > 0 and not run["driver"]["failures"]
-    ok, figure = run_sanitizer.verdict([run], sanitized=True, control={"detected": True, "note": "planted ok"})
-    assert ok == (errors == 0) and "planted ok" in figure
-    ok, figure = run_sanitizer.verdict([run], sanitized=True, control={"detected": False, "note": "NOT reported"})
-    assert not ok and "clean runs prove nothing" in figure
+    status, figure = run_sanitizer.verdict([run], sanitized=True, control={"detected": True, "note": "planted ok"})
+    assert status == ("pass" if errors == 0 else "fail") and "planted ok" in figure
+    status, figure = run_sanitizer.verdict([run], sanitized=True, control={"detected": False, "note": "NOT reported"})
+    assert status == "fail" and "clean runs prove nothing" in figure

@@ -4,9 +4,8 @@ Optional: needs an importable ``flashinfer`` (carried as a wheel) whose sampling
 JIT-compile on this machine; otherwise the result is ``skipped`` with the reason. Inputs: B = 64
 requests, a chain of D = 8 drafts drawn from their draft rows, V = 32000 and 128256, float32
 (FlashInfer's layout: draft_probs [B, D, V], draft_token_ids [B, D] int32, target_probs
-[B, D + 1, V]). trtspec's verify_sample takes the same chain as tokens [B, D + 1] (the root's
-token first) and draft rows [B, D + 1, V] (the last one unread); verify_block takes FlashInfer's
-tensors as they are. Timing: benchmarks/_cuda_section.py's Timer (CUDA events, rotated inputs).
+[B, D + 1, V]), which is also the layout of trtspec's verify_sample (with chain parents) and
+verify_block, each request with its own stream (seed[b], offset[b]). Timing: benchmarks/_cuda_section.py's Timer (CUDA events, rotated inputs).
 Also reported: the mean number of accepted drafts of each (FlashInfer's emitted drafts; the same
 algorithm as verify_sample, so those two means agree up to sampling noise).
 
@@ -89,29 +88,29 @@ def run(quick: bool) -> dict:
     for V in ((128256,) if quick else (32000, 128256)):
         x, target, draft = (t.cuda() for t in inputs(V, g))
         x32 = x.to(torch.int32)
-        tokens = torch.cat([torch.zeros(B, 1, dtype=torch.int64, device="cuda"), x], 1)
-        draft_rows = torch.cat([draft, torch.zeros(B, 1, V, device="cuda")], 1)
+        seed = torch.arange(B, dtype=torch.int64, device="cuda")
+        offset = torch.zeros(B, dtype=torch.int64, device="cuda")
         t0 = time.perf_counter()
         fi_out = call(draft, x32, target)  # first call: loads or JIT-compiles the kernels
         torch.cuda.synchronize()
         first_s = time.perf_counter() - t0
-        sample_out = ops.verify_sample(tokens, parents, target, draft_rows, 5, 0, False, None, None)
-        block_out = ops.verify_block(x, target, draft, 5, 0)
+        sample_out = ops.verify_sample(x, parents, target, draft, seed, offset, False, None, None)
+        block_out = ops.verify_block(x, target, draft, seed, offset, None)
         nbytes = lambda *ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
         row = {
             "V": V, "flashinfer_first_call_s": first_s,
             "flashinfer_us": 1e3 * timer.ms(call, (draft, x32, target), nbytes(draft, x32, target))["ms"],
-            "verify_sample_us": 1e3 * timer.ms(lambda t, p, a, q: ops.verify_sample(t, p, a, q, 5, 0, False, None, None),
-                                               (tokens, parents, target, draft_rows),
-                                               nbytes(tokens, parents, target, draft_rows))["ms"],
-            "verify_block_us": 1e3 * timer.ms(lambda t, a, q: ops.verify_block(t, a, q, 5, 0), (x, target, draft),
-                                              nbytes(x, target, draft))["ms"],
+            "verify_sample_us": 1e3 * timer.ms(
+                lambda t, p, a, q, s, o: ops.verify_sample(t, p, a, q, s, o, False, None, None),
+                (x, parents, target, draft, seed, offset), nbytes(x, parents, target, draft))["ms"],
+            "verify_block_us": 1e3 * timer.ms(lambda t, a, q, s, o: ops.verify_block(t, a, q, s, o, None),
+                                              (x, target, draft, seed, offset), nbytes(x, target, draft))["ms"],
             "flashinfer_mean_accepted": emitted_drafts(fi_out),
             "verify_sample_mean_accepted": float(sample_out[0].float().mean()),
             "verify_block_mean_accepted": float(block_out[0].float().mean()),
         }
         rows.append(row)
-        del x, target, draft, draft_rows
+        del x, target, draft
         torch.cuda.empty_cache()
     return {"flashinfer": version, "batch": B, "draft_len": D, "rows": rows}
 

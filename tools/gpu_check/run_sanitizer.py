@@ -85,8 +85,14 @@ def _errors(text: str) -> int | None:
 
 
 def run_one(sanitizer: str | None, tool: str | None, op: str, sizes: str, device: str, logs: Path,
-            timeout: float) -> dict:
-    """One driver (under ``tool`` when given); returns {op, tool, errors, driver, rc, seconds, log}."""
+            timeout: float, deadline: float | None = None) -> dict:
+    """One driver (under ``tool`` when given); returns {op, tool, errors, driver, rc, seconds, log};
+    ``not_run`` True (and nothing run) when fewer than 20 s are left before ``deadline`` (perf_counter)."""
+    if deadline is not None:
+        left = deadline - time.perf_counter()
+        if left < 20:
+            return {"op": op, "tool": tool, "rc": None, "errors": None, "driver": None, "not_run": True, "seconds": 0.0}
+        timeout = min(timeout, left)
     tag = f"{tool or 'plain'}_{op}"
     log, report = logs / f"sanitizer_{tag}.log", logs / f"sanitizer_{tag}.json"
     report.unlink(missing_ok=True)
@@ -112,12 +118,15 @@ def run_control(sanitizer: str, tool: str, logs: Path, timeout: float) -> dict:
             "note": f"planted error {'reported' if errors else 'NOT reported'} ({errors} errors)"}
 
 
-def verdict(runs: list[dict], sanitized: bool, control: dict | None = None) -> tuple[bool, str]:
-    """(ok, figure) of one tool's runs over the drivers; with ``control`` (run_control), a planted
-    error the sanitizer did not report fails the tool (its clean runs prove nothing)."""
-    cases = sum(r["driver"]["cases"] for r in runs if r["driver"])
+def verdict(runs: list[dict], sanitized: bool, control: dict | None = None) -> tuple[str, str]:
+    """(status, figure) of one tool's runs over the drivers. ``fail``: a sanitizer error, a failed
+    driver case, a run without a report, or (with ``control``, run_control) a planted error the
+    sanitizer did not report, which makes its clean runs prove nothing. ``skipped: time budget``
+    when some driver was not run (and nothing failed in the others)."""
+    done = [r for r in runs if not r.get("not_run")]
+    cases = sum(r["driver"]["cases"] for r in done if r["driver"])
     bad = []
-    for r in runs:
+    for r in done:
         if r["driver"] is None:
             bad.append(f"{r['op']}: no report (rc {r['rc']})")
         elif r["driver"]["failures"]:
@@ -126,21 +135,32 @@ def verdict(runs: list[dict], sanitized: bool, control: dict | None = None) -> t
             bad.append(f"{r['op']}: {r['errors'] if r['errors'] is not None else '?'} sanitizer errors (rc {r['rc']})")
     if control is not None and control["detected"] is False:
         bad.append(f"positive control: {control['note']}, so clean runs prove nothing")
-    errors = sum(r["errors"] or 0 for r in runs)
-    head = f"{len(runs)} ops, {cases} cases" + (f": {errors} sanitizer errors" if sanitized else ": drivers ok")
+    errors = sum(r["errors"] or 0 for r in done)
+    head = f"{len(done)} ops, {cases} cases" + (f": {errors} sanitizer errors" if sanitized else ": drivers ok")
     if control is not None and control["detected"] is not False:
         head += f"; {control['note']}"
-    return not bad, head if not bad else head + "; " + "; ".join(bad)
+    if bad:
+        return "fail", head + "; " + "; ".join(bad)
+    if len(done) < len(runs):
+        missed = ", ".join(r["op"] for r in runs if r.get("not_run"))
+        return f"skipped: time budget spent before {missed} ran", head
+    return "pass", head
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tools", default="memcheck,racecheck")
-    ap.add_argument("--sizes", default="full", choices=["full", "quick", "smoke"])
+    ap.add_argument("--sizes", default="full", choices=["full", "quick", "smoke"], help="driver sizes under memcheck")
+    ap.add_argument("--other-sizes", default=None, choices=["full", "quick", "smoke"],
+                    help="sizes under the other tools (default: --sizes); their hazards (shared memory, barriers, "
+                         "initialisation) do not grow with V, only their run time does")
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--jobs", type=int, default=10, help="driver processes at a time (all tools share one pool)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--timeout", type=float, default=300, help="seconds per driver process")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds for the whole run; drivers that would start later are not run "
+                         "(default: GPU_CHECK_STEP_LIMIT - 15 when tools/gpu_check.sh sets it, else none)")
     ap.add_argument("--logs", default="gpu_check_out/logs")
     ap.add_argument("--results", default=None, help="write sanitizer.<tool>.json results here")
     args = ap.parse_args(argv)
@@ -157,7 +177,8 @@ def main(argv=None) -> int:
     if args.device == "cpu":  # dry run of the drivers, once, reported under every tool
         with ThreadPoolExecutor(args.jobs) as pool:
             runs = list(pool.map(lambda op: run_one(None, None, op, args.sizes, "cpu", logs, args.timeout), ops))
-        ok, figure = verdict(runs, sanitized=False)
+        status, figure = verdict(runs, sanitized=False)
+        ok = status != "fail"
         for tool in tools:
             status = "skipped: no GPU" if ok else "fail"
             if args.results:
@@ -172,20 +193,23 @@ def main(argv=None) -> int:
                 write_result(args.results, f"sanitizer.{tool}", "skipped: compute-sanitizer not found", "-")
         print("run_sanitizer: compute-sanitizer not found (set COMPUTE_SANITIZER)")
         return 0
-    pairs = [(tool, op) for tool in tools for op in ops]
+    pairs = [(tool, op) for tool in tools for op in ops]  # tool-major: the first tools finish first
+    budget = args.budget if args.budget is not None else float(os.environ.get("GPU_CHECK_STEP_LIMIT", 0)) - 15
+    deadline = t0 + budget if budget > 0 else None
     with ThreadPoolExecutor(args.jobs) as pool:
         controls = {t: pool.submit(run_control, sanitizer, t, logs, args.timeout) for t in tools}
-        runs = list(pool.map(lambda p: run_one(sanitizer, p[0], p[1], args.sizes, "cuda", logs, args.timeout), pairs))
+        sizes = {t: args.sizes if t == "memcheck" else (args.other_sizes or args.sizes) for t in tools}
+        runs = list(pool.map(lambda p: run_one(sanitizer, p[0], p[1], sizes[p[0]], "cuda", logs, args.timeout,
+                                               deadline), pairs))
         controls = {t: f.result() for t, f in controls.items()}
     for tool in tools:
         mine = [r for r in runs if r["tool"] == tool]
-        ok, figure = verdict(mine, sanitized=True, control=controls[tool])
-        ok_all &= ok
+        status, figure = verdict(mine, sanitized=True, control=controls[tool])
+        ok_all &= status != "fail"
         if args.results:
-            write_result(args.results, f"sanitizer.{tool}", "pass" if ok else "fail", figure,
-                         {"runs": mine, "control": controls[tool]},
+            write_result(args.results, f"sanitizer.{tool}", status, figure, {"runs": mine, "control": controls[tool]},
                          max(r["seconds"] for r in mine))
-        print(f"sanitizer.{tool}: {'pass' if ok else 'fail'}: {figure}")
+        print(f"sanitizer.{tool}: {status}: {figure}")
     print(f"run_sanitizer: {len(pairs)} runs, {args.jobs} at a time, {time.perf_counter() - t0:.0f} s")
     return 0 if ok_all else 1
 

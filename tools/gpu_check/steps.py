@@ -65,6 +65,11 @@ def build(args) -> tuple[str, str, dict]:
     log = Path(args.logs) / "build.log"
     env = {"TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": str(args.jobs), "PIP_NO_INDEX": "1",
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    from compile_check import cuda_home
+
+    home = cuda_home()
+    if home is not None and not os.environ.get("CUDA_HOME"):
+        env["CUDA_HOME"] = str(home)  # torch.utils.cpp_extension builds the CUDA sources only when it finds nvcc
     py = sys.executable
     rc, s1 = run_logged([py, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-e", "."],
                         log, env)
