@@ -18,14 +18,17 @@
 #   profile           trtspec profile --device cuda (the cost table, saved)
 #   bench_recipe      benchmarks/bench_recipe.py --device cuda (planner vs swept D)
 # Correctness steps run side by side after the build; timing steps run alone. A time budget (450 s;
-# --quick 240 s) skips what no longer fits, so the run ends inside 8 minutes on an H200. Without a
-# GPU every GPU step is "skipped: no GPU" and its code is dry-run on the CPU instead (cpu_dry_run.py);
+# --quick 240 s; 1800 s without a GPU) skips what no longer fits, so the run ends inside 8 minutes on
+# an H200. Without a GPU every GPU step is "skipped: no GPU" and its code is dry-run on the CPU
+# instead (cpu_dry_run.py);
 # the compile-only checks build.nvcc / build.bindings run there (not with --cpu-smoke).
 # Output: $OUT (or ./gpu_check_out): gpu_check.log (everything), summary.json, logs.tar.gz (each
 # step's log and result), ops_timing.json, cost_table.json, bench_recipe.json, runtime.json; the
 # summary table is printed last. Exit status 1 when a check failed.
-# Packages the machine lacks: bash tools/gpu_check_wheels.sh here, then carry .whl/ (installed here
-# into a temporary --target directory before the checks).
+# Packages the machine lacks: no check needs those the H200 image lacks (tools/gpu_check/h200_image.yaml;
+# the deps row says what is missing where it runs) except the optional FlashInfer comparison: run
+# `bash tools/gpu_check_wheels.sh --only flashinfer` where a package index is reachable, and bring .whl/
+# along; its wheels are installed into a temporary --target directory before the checks.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -47,7 +50,6 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$BUDGET" in ""|*[!0-9]*) [ -n "$BUDGET" ] && { echo "gpu_check: --budget must be whole seconds, got $BUDGET" >&2; exit 2; } ;; esac
-[ -n "$BUDGET" ] || BUDGET=$([ $QUICK = 1 ] && echo 240 || echo 450)
 START=$(date +%s)
 mkdir -p "$OUT_DIR" || { echo "gpu_check: cannot create --out $OUT_DIR" >&2; exit 2; }
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
@@ -112,6 +114,7 @@ if [ $FORCE_CPU = 0 ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 
    && "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
   MODE=gpu
 fi
+[ -n "$BUDGET" ] || BUDGET=$( { [ $MODE = cpu ] && echo 1800; } || { [ $QUICK = 1 ] && echo 240; } || echo 450)
 mkdir -p "$WORK/artifacts"
 log "mode $MODE, quick $QUICK, budget ${BUDGET}s, python $("$PY" -c 'import sys; print(sys.version.split()[0])'), out $OUT_DIR"
 

@@ -1,7 +1,8 @@
 """Every GPU check of tools/gpu_check.sh dry-run on the CPU, in one process (torch imported once).
 
 Where no GPU exists each GPU check's own code still runs, on CPU tensors and tiny sizes, so that
-none of it rots unseen: the cuda tests are collected, the sanitizer drivers run their cases on the
+none of it rots unseen: the cuda tests are collected (and, unless --sizes smoke, run CPU against
+CPU), the sanitizer drivers run their cases on the
 CPU ops (bad data must raise there), the timing code times the CPU ops, the runtime check compares
 the CPU with itself, and bench_recipe.py / ``trtspec profile`` run a one-point grid. Each GPU check's
 result is ``skipped: no GPU`` with the dry run's outcome as its figure, or ``fail`` when the dry
@@ -16,6 +17,7 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import sys
 import time
 import traceback
@@ -52,10 +54,14 @@ def dry_result(results, check, figure, error=None, detail=None, seconds=None):
         write_result(results, check, NO_GPU, f"cpu dry-run: {figure}", detail, seconds)
 
 
-def pytest_collect(results, logs):
+def pytest_dry_run(results, logs, run: bool):
+    """Collect the cuda tests; with ``run``, also run them CPU against CPU (the test file's own dry
+    run, TRTSPEC_CUDA_TEST_DEVICE=cpu) in a subprocess, so that the variable is read at import."""
+    import subprocess
+
     import pytest
 
-    from steps import cuda_test_files
+    from steps import cuda_test_files, junit_counts
 
     class Count:
         items = 0
@@ -65,12 +71,25 @@ def pytest_collect(results, logs):
 
     t0 = time.perf_counter()
     files = cuda_test_files()
+    names = ", ".join(Path(f).name for f in files)
     with logged(logs, "pytest_cuda") as st:
         rc = pytest.main(["--collect-only", "-q", "-m", "cuda", "-p", "no:cacheprovider", *files], plugins=[Count()])
         if rc != 0:
             raise RuntimeError(f"pytest --collect-only exited {rc}")
-    dry_result(results, "pytest.cuda", f"{Count.items} cuda tests collected from {', '.join(Path(f).name for f in files)}",
-               st.get("error"), {"files": files}, time.perf_counter() - t0)
+        st["figure"] = f"{Count.items} cuda tests collected from {names}"
+        if run:
+            xml = logs / "pytest_cuda_cpu.xml"
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider",
+                                   f"--junitxml={xml}", *files], cwd=ROOT, capture_output=True, text=True,
+                                  env={**os.environ, "TRTSPEC_CUDA_TEST_DEVICE": "cpu"})
+            print(proc.stdout[-20000:], proc.stderr[-5000:])
+            c = junit_counts(xml)
+            bad = c["failures"] + c["errors"]
+            st["figure"] = (f"{names} run CPU against CPU (TRTSPEC_CUDA_TEST_DEVICE=cpu): "
+                            f"{c['tests'] - c['skipped'] - bad} passed, {bad} failed, {c['skipped']} skipped")
+            if proc.returncode != 0 or bad:
+                raise RuntimeError(st["figure"] + "; first: " + ", ".join(c["failed"][:3]))
+    dry_result(results, "pytest.cuda", st.get("figure"), st.get("error"), {"files": files}, time.perf_counter() - t0)
 
 
 def sanitizer_drivers(results, logs, tools, sizes):
@@ -170,7 +189,7 @@ def main(argv=None) -> int:
     cpu_ops = "trtspec._C imports; torch.ops.trtspec runs on CPU tensors" if torch.ops.trtspec.tree_metadata(
         torch.tensor([[-1, 0]], dtype=torch.int32), None) else "?"
     write_result(results, "build.extension", NO_GPU, f"the installed CPU build is used: {cpu_ops}")
-    pytest_collect(results, logs)
+    pytest_dry_run(results, logs, run=args.sizes != "smoke")
     sanitizer_drivers(results, logs, [t for t in args.tools.split(",") if t], args.sizes)
     runtime(results, logs)
     timing(results, logs)

@@ -104,10 +104,12 @@ def run_one(sanitizer: str | None, tool: str | None, op: str, sizes: str, device
             "seconds": round(time.perf_counter() - t0, 1), "log": str(log)}
 
 
-def run_control(sanitizer: str, tool: str, logs: Path, timeout: float) -> dict:
+def run_control(sanitizer: str, tool: str, logs: Path, timeout: float, deadline: float | None = None) -> dict:
     """The planted-error kernel of ``tool`` (planted.py) under the sanitizer: {tool, detected, errors, note}."""
     if tool not in PLANTED:
         return {"tool": tool, "detected": None, "errors": None, "note": "no planted control for this tool"}
+    if deadline is not None:
+        timeout = max(10.0, min(timeout, deadline - time.perf_counter()))
     log = logs / f"sanitizer_{tool}_control.log"
     cmd, rc, text = _sanitized(sanitizer, tool, [sys.executable, str(HERE / "planted.py"), tool], timeout)
     log.write_text(" ".join(map(str, cmd)) + "\n" + text, encoding="utf-8")
@@ -197,7 +199,7 @@ def main(argv=None) -> int:
     budget = args.budget if args.budget is not None else float(os.environ.get("GPU_CHECK_STEP_LIMIT", 0)) - 15
     deadline = t0 + budget if budget > 0 else None
     with ThreadPoolExecutor(args.jobs) as pool:
-        controls = {t: pool.submit(run_control, sanitizer, t, logs, args.timeout) for t in tools}
+        controls = {t: pool.submit(run_control, sanitizer, t, logs, args.timeout, deadline) for t in tools}
         sizes = {t: args.sizes if t == "memcheck" else (args.other_sizes or args.sizes) for t in tools}
         runs = list(pool.map(lambda p: run_one(sanitizer, p[0], p[1], sizes[p[0]], "cuda", logs, args.timeout,
                                                deadline), pairs))
