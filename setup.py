@@ -59,7 +59,7 @@ setup(
     include_package_data=True,
     package_data={
         "trtspec": ["recipes/models/*.yaml", "bench/data/*", "zoo/**/*", "triton/**/*"],
-        "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml"],
+        "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml", "measurements/*.yaml"],
         "trtspec.pluginspecs": ["trtSpec*/trtSpec*.yaml"],
     },
     ext_modules=_extensions(),
