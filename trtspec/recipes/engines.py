@@ -4,6 +4,8 @@ A measured kernel table prices the kernels of a forward; a real engine step cost
 
 * ``step_us`` -- each target forward: scheduling, input preparation, sampling, the host sync of a CUDA-graph replay;
 * ``spec_step_us`` -- each speculative step on top: the acceptance kernel, KV-cache rewind, draft bookkeeping;
+* ``spec_request_us`` -- each request of a speculative step on top (per-request host work: draft-token and
+  acceptance bookkeeping, per-request metadata of the draft and verify forwards), so it grows with the batch;
 * ``draft_forward_us`` -- each serial draft forward (EAGLE-3 / draft model / chained MTP: one per draft token; a
   parallel drafter -- DFlash, DSpark -- pays it once per block): the drafter's own launches, top-k and state copies;
 * ``lookup_us`` / ``lookup_per_token_us`` -- the host-side n-gram / suffix-automaton proposal of ``ngram`` / ``sa``.
@@ -15,6 +17,8 @@ aiconfigurator-core data version that prices this engine's kernels (``default``,
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +28,8 @@ from trtspec.recipes.errors import CatalogError, RecipeError
 from trtspec.recipes.paths import book_dir
 
 ENGINES = ("trtllm", "vllm", "sglang")
-PARAMS = ("step_us", "spec_step_us", "draft_forward_us", "lookup_us", "lookup_per_token_us")
+PARAMS = ("step_us", "spec_step_us", "spec_request_us", "draft_forward_us", "lookup_us", "lookup_per_token_us")
+_ATTRS = ("step", "spec_step", "spec_request", "draft_forward", "lookup", "lookup_per_token")
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class EngineProfile:
     perf_db_overrides: dict
     step: float
     spec_step: float
+    spec_request: float
     draft_forward: float
     lookup: float
     lookup_per_token: float
@@ -46,7 +52,7 @@ class EngineProfile:
     def __post_init__(self):
         if self.name not in ENGINES:
             raise CatalogError(f"engine {self.name!r}: expected one of {', '.join(ENGINES)}")
-        for attr in ("step", "spec_step", "draft_forward", "lookup", "lookup_per_token"):
+        for attr in _ATTRS:
             if not getattr(self, attr) >= 0:
                 raise CatalogError(f"engine {self.name!r}: {attr} must be >= 0 seconds, got {getattr(self, attr)!r}")
 
@@ -56,9 +62,7 @@ class EngineProfile:
 
     def params_us(self) -> dict:
         """The overheads in microseconds, keyed as in the YAML (``PARAMS``)."""
-        return {"step_us": self.step * 1e6, "spec_step_us": self.spec_step * 1e6,
-                "draft_forward_us": self.draft_forward * 1e6, "lookup_us": self.lookup * 1e6,
-                "lookup_per_token_us": self.lookup_per_token * 1e6}
+        return {key: getattr(self, attr) * 1e6 for key, attr in zip(PARAMS, _ATTRS)}
 
     def with_params(self, **params_us) -> "EngineProfile":
         """A copy with some overheads replaced (microseconds, keys of ``PARAMS``); used by the fit."""
@@ -67,9 +71,7 @@ class EngineProfile:
             raise RecipeError(f"unknown engine parameters {sorted(unknown)}; expected {PARAMS}")
         cur = {**self.params_us(), **params_us}
         return EngineProfile(self.name, self.display_name, self.perf_db_version, self.perf_db_overrides,
-                             cur["step_us"] * 1e-6, cur["spec_step_us"] * 1e-6, cur["draft_forward_us"] * 1e-6,
-                             cur["lookup_us"] * 1e-6, cur["lookup_per_token_us"] * 1e-6, self.justifications,
-                             self.path)
+                             *(cur[k] * 1e-6 for k in PARAMS), justifications=self.justifications, path=self.path)
 
 
 def _param(doc: dict, key: str, path: Path) -> tuple[float, str]:
@@ -103,9 +105,7 @@ def load_engine_file(path: str | Path) -> EngineProfile:
     return EngineProfile(
         name=str(doc["name"]), display_name=str(doc.get("display_name", doc["name"])),
         perf_db_version=str(db["version"]), perf_db_overrides={str(k): str(v) for k, v in (db.get("overrides") or {}).items()},
-        step=values["step_us"] * 1e-6, spec_step=values["spec_step_us"] * 1e-6,
-        draft_forward=values["draft_forward_us"] * 1e-6, lookup=values["lookup_us"] * 1e-6,
-        lookup_per_token=values["lookup_per_token_us"] * 1e-6, justifications=why, path=str(path))
+        **{attr: values[key] * 1e-6 for key, attr in zip(PARAMS, _ATTRS)}, justifications=why, path=str(path))
 
 
 @functools.lru_cache(maxsize=None)
@@ -118,3 +118,42 @@ def load_engine(name: str) -> EngineProfile:
     if not path.is_file():
         raise CatalogError(f"engine file {path} is missing; reinstall trtspec")
     return load_engine_file(path)
+
+
+def save_engine_file(profile: EngineProfile, path: str | Path, justifications: dict | None = None) -> Path:
+    """Write ``profile`` as an engine YAML (temp file + rename); ``justifications`` replace the current ones per
+    parameter (e.g. a fit's provenance)."""
+    path = Path(path)
+    why = {**profile.justifications, **(justifications or {})}
+    missing = [k for k in PARAMS if not str(why.get(k) or "").strip()]
+    if missing:
+        raise RecipeError(f"engine {profile.name!r}: no justification for {missing}")
+    values = profile.params_us()
+    overrides = ", ".join(f"{k}: {v}" for k, v in sorted(profile.perf_db_overrides.items()))
+    lines = [f"# {profile.display_name}: per-step costs that kernel tables do not hold (trtspec.recipes.engines). "
+             "Units: microseconds.",
+             "# Fitted figures are rewritten by `python benchmarks/bench_fidelity.py --fit` (train split only).",
+             f"name: {profile.name}", f"display_name: {profile.display_name}", "perf_db:",
+             f'  version: "{profile.perf_db_version}"', f"  overrides: {{{overrides}}}",
+             f"  source: {_quote(PERF_DB_SOURCE.format(engine=profile.name))}", "overheads:"]
+    for key in PARAMS:
+        lines.append(f"  {key}: {{value: {round(values[key], 1)}, justification: {_quote(why[key])}}}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        load_engine_file(tmp)  # what we wrote must load
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    load_engine.cache_clear()
+    return path
+
+
+PERF_DB_SOURCE = ("aiconfigurator-core 0.12.0 systems/query_versions.yaml: the 'current' {engine} slot (a100_sxm is a "
+                  "frozen baseline with its own)")
+
+
+def _quote(text: str) -> str:
+    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'

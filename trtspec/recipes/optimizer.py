@@ -189,11 +189,14 @@ class _Evaluator:
 
     @property
     def spec_overhead(self) -> float:
-        """Fixed cost of a speculative step over a plain one (acceptance, KV rewind): the engine's with a pricer,
-        the GPU file's in the analytic model, none with a measured cost table (it holds the runtime's own)."""
+        """Fixed cost of a speculative step over a plain one (acceptance, KV rewind): the engine's per step and per
+        request with a pricer, the GPU file's in the analytic model, none with a measured cost table (it holds the
+        runtime's own)."""
         if self.req.calibration is not None:
             return 0.0
-        return self.pricer.engine.spec_step if self.pricer is not None else self.req.gpu.spec_overhead
+        if self.pricer is None:
+            return self.req.gpu.spec_overhead
+        return self.pricer.engine.spec_step + self.batch * self.pricer.engine.spec_request
 
     def verify(self, tokens: int) -> StepCost:
         if tokens not in self._verify:

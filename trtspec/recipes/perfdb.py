@@ -11,6 +11,8 @@ and extrapolates beyond the collected grid; it never reads the parquet files its
   ``PerfDBUnavailable`` with the reason (package missing, no data for that system / engine / version);
 * ``PerfDB`` methods return seconds, or ``None`` where the database holds no data for that shape or dtype (e.g.
   NVFP4 on Hopper, an MoE shape never collected): the caller falls back to the roofline for that op;
+* FP8 is collected per-tensor (``fp8``) or in 128x128 blocks (``fp8_block``, SGLang's and DeepSeek-style
+  checkpoints' scaling); a shape one of them lacks is asked in the other (same bytes, same tensor cores);
 * every answer is memoised per shape, so a full plan costs one query per distinct shape;
 * ``tiers`` collects the provenance tiers the engine reported (``silicon`` = collected rows; anything else, e.g.
   ``empirical``, is a formula the package fell back to) so the plan can say what priced each op class.
@@ -28,7 +30,13 @@ from trtspec.recipes.errors import RecipeError
 _GEMM_QUANTS = {2.0: "bfloat16", 1.0: "fp8", 0.5625: "nvfp4", 0.5156: "int4_wo"}
 _MOE_QUANTS = {"none": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4",
                "nvfp4": "nvfp4", "int4_awq": "int4_wo", "w4a8_awq": "w4afp8"}
-MOE_DISTRIBUTION = "balanced"  # tokens routed uniformly over experts (the package's "balanced" tables)
+# An engine collects FP8 in one of two scalings: per-tensor ("fp8") or 128x128 blocks ("fp8_block", what SGLang and
+# DeepSeek-style checkpoints run). Same bytes and tensor-core dtype: a shape missing in one is asked in the other.
+_ALTERNATIVES = {"fp8": ("fp8", "fp8_block")}
+# Token routing of the MoE tables: aiconfigurator-core's own default (sdk/config.py workload_distribution
+# "power_law", alpha 1.01 in its DeepSeek-family models): real traffic is skewed, so B*(1+D) tokens touch fewer
+# distinct experts than uniform ("balanced") routing would, and the collected latency grows smoothly with tokens.
+MOE_DISTRIBUTION = "power_law_1.01"
 
 
 class PerfDBUnavailable(RecipeError):
@@ -96,8 +104,12 @@ class PerfDB:
 
         if n < 1 or k < 1 or m < 1:
             return 0.0
-        q = getattr(common.GEMMQuantMode, quant)
-        return self._eval(lambda: GEMM("gemm", 1, int(n), int(k), q), batch=1, s=1, x=m, key=("gemm", n, k, quant))
+        for name in _ALTERNATIVES.get(quant, (quant,)):
+            q = getattr(common.GEMMQuantMode, name)
+            t = self._eval(lambda: GEMM("gemm", 1, int(n), int(k), q), batch=1, s=1, x=m, key=("gemm", n, k, name))
+            if t is not None:
+                return t
+        return None
 
     def attention(self, batch: int, context: int, heads: int, kv_heads: int, head_dim: int, kv_quant: str,
                   window: int | None = None) -> float | None:
@@ -132,14 +144,18 @@ class PerfDB:
 
     def moe(self, tokens: int, hidden: int, inter: int, topk: int, experts: int, moe_tp: int, moe_ep: int,
             quant: str) -> float | None:
-        """Routed experts of one MoE layer (grouped GEMMs, activation) for ``tokens`` tokens, balanced routing."""
+        """Routed experts of one MoE layer (grouped GEMMs, activation) for ``tokens`` tokens (``MOE_DISTRIBUTION``)."""
         from aiconfigurator_core.sdk import common
         from aiconfigurator_core.sdk.operations import MoE
 
-        q = getattr(common.MoEQuantMode, quant)
-        return self._eval(lambda: MoE("moe", 1, int(hidden), int(inter), int(topk), int(experts), int(moe_tp),
-                                      int(moe_ep), q, MOE_DISTRIBUTION, 1),
-                          batch=tokens, s=1, x=tokens, key=("moe", hidden, inter, topk, experts, moe_tp, moe_ep, quant))
+        for name in _ALTERNATIVES.get(quant, (quant,)):
+            q = getattr(common.MoEQuantMode, name)
+            t = self._eval(lambda: MoE("moe", 1, int(hidden), int(inter), int(topk), int(experts), int(moe_tp),
+                                       int(moe_ep), q, MOE_DISTRIBUTION, 1), batch=tokens, s=1, x=tokens,
+                           key=("moe", hidden, inter, topk, experts, moe_tp, moe_ep, name))
+            if t is not None:
+                return t
+        return None
 
     def allreduce(self, tokens: int, hidden: int, tp: int) -> float | None:
         """One all-reduce of ``tokens`` x ``hidden`` bf16 activations over ``tp`` GPUs (0 for tp = 1)."""

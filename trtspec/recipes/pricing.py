@@ -15,7 +15,8 @@ Shapes the database does not measure, and the rule that derives them from what i
   (guidelines 2-3). MLA: the same with G = all local heads (every head reads the shared latent);
 * **GEMMs**: M = B*T rows is a measured axis (the package's interpolation); the LM head is a bf16 GEMM
   (Model-Optimizer leaves ``lm_head`` unquantized) with M = B*T (logits for every verified token);
-* **MoE**: B*T routed tokens, balanced routing, MoE TP = tp / ep and EP = ep (measured axes);
+* **MoE**: B*T routed tokens, power-law routing (``perfdb.MOE_DISTRIBUTION``), MoE TP = tp / ep and EP = ep
+  (measured axes);
 * **all-reduce**: two per layer (after the mixer and after the feed-forward) of B*T tokens (measured axis);
 * **state mixers** (gated DeltaNet, Mamba-2): the recurrent-state kernels stay on the roofline (the package's
   kernels need sizes the descriptor does not keep); their projections are priced as one GEMM of the same weight
