@@ -4,6 +4,9 @@ A measured kernel table prices the kernels of a forward; a real engine step cost
 
 * ``step_us`` -- each target forward: scheduling, input preparation, sampling, the host sync of a CUDA-graph replay;
 * ``spec_step_us`` -- each speculative step on top: the acceptance kernel, KV-cache rewind, draft bookkeeping;
+* ``spec_layer_us`` -- each target layer of a speculative step on top (per-layer work that verification adds:
+  tree / causal masks and positions, KV-cache rewind of rejected drafts, the draft's hidden-state capture), so it
+  scales with the target's depth, not its width;
 * ``spec_request_us`` -- each request of a speculative step on top (per-request host work: draft-token and
   acceptance bookkeeping, per-request metadata of the draft and verify forwards), so it grows with the batch;
 * ``draft_forward_us`` -- each serial draft forward (EAGLE-3 / draft model / chained MTP: one per draft token; a
@@ -28,8 +31,9 @@ from trtspec.recipes.errors import CatalogError, RecipeError
 from trtspec.recipes.paths import book_dir
 
 ENGINES = ("trtllm", "vllm", "sglang")
-PARAMS = ("step_us", "spec_step_us", "spec_request_us", "draft_forward_us", "lookup_us", "lookup_per_token_us")
-_ATTRS = ("step", "spec_step", "spec_request", "draft_forward", "lookup", "lookup_per_token")
+PARAMS = ("step_us", "spec_step_us", "spec_layer_us", "spec_request_us", "draft_forward_us", "lookup_us",
+          "lookup_per_token_us")
+_ATTRS = ("step", "spec_step", "spec_layer", "spec_request", "draft_forward", "lookup", "lookup_per_token")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class EngineProfile:
     perf_db_overrides: dict
     step: float
     spec_step: float
+    spec_layer: float
     spec_request: float
     draft_forward: float
     lookup: float

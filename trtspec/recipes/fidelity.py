@@ -21,12 +21,12 @@ is not scored (``setup_case`` says why). The published configuration maps to a p
   MT-bench-like chat turns);
 * concurrency is taken as the batch (every client in flight).
 
-``fit`` chooses the engines' overheads (``trtspec.recipes.engines.PARAMS``: ``step_us``, ``spec_step_us``,
-``spec_request_us``, ``draft_forward_us``) on ``split: train`` cases only, minimising the squared log error of the speedup and, for
-batch-1 cases that publish their no-speculation figure, of that absolute figure too (a speedup alone cannot tell a
-fixed cost per step from a faster kernel: both compress the ratio; one request decoding alone pins the step's
-absolute time). A step is linear in the overheads, so each case is priced once (kernels) plus once per parameter
-(its coefficient). Pairs of one sweep at two batch sizes (``batch_pairs``) add their AL-free batch ratio. An engine
+``fit`` chooses the engines' overheads (``trtspec.recipes.engines.PARAMS``: ``step_us``, ``spec_layer_us``,
+``spec_request_us``, ``draft_forward_us``; ``spec_step_us`` stays 0) on ``split: train`` cases only, in two stages:
+``step_us`` on the batch-1 cases' published no-speculation figures (one request decoding alone pins a step's
+absolute time; a speedup alone cannot tell a fixed cost per step from a faster kernel, both compress the ratio),
+then the speculative parameters on the squared log error of the speedups. A step is linear in the overheads, so
+each case is priced once (kernels) plus once per parameter (its coefficient). Pairs of one sweep at two batch sizes (``batch_pairs``) add their AL-free batch ratio. An engine
 with fewer than ``MIN_CASES_PER_ENGINE`` scored train cases and pairs shares the parameters fitted on all of them.
 """
 from __future__ import annotations
@@ -41,7 +41,9 @@ from trtspec.recipes.errors import RecipeError
 
 DEFAULT_CONTEXT = 1024
 UNSTATED_TP_FRACTION = 0.95
-FITTED = ("step_us", "spec_step_us", "spec_request_us", "draft_forward_us")
+FITTED = ("step_us", "spec_layer_us", "spec_request_us", "draft_forward_us")
+SPEC_FITTED = FITTED[1:]
+MIN_BASELINES = 2
 MIN_CASES_PER_ENGINE = 6
 VARIANT_SUFFIXES = ("-Instruct-2507", "-Instruct", "-FP8", "-NVFP4", "-Base")
 QUANT_MAP = {"none": "none", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4", "int4_awq": "int4_awq",
@@ -144,15 +146,17 @@ def _minimal_tp(arch, gpu, quant: str) -> int:
 
 def setup_case(m, *, pricing: str = "perf-db", need_al: bool = True) -> CaseSetup:
     """The plan of one published case; raises ``RecipeError`` saying why a case cannot be scored.
-    ``need_al=False``: a case without a published AL gets AL = 1 (for batch ratios, where AL cancels)."""
+    ``need_al=False``: a case without a published AL gets AL = 1 and one without D gets D = 1 (for batch ratios,
+    where AL cancels, and for the no-speculation baseline, which needs neither)."""
     from trtspec.recipes.acceptance import AcceptanceProfile
     from trtspec.recipes.gpus import load_gpu
     from trtspec.recipes.optimizer import PlanRequest
 
-    if m.draft_len is None:
+    if m.draft_len is None and need_al:
         raise RecipeError("no draft length published")
-    al = m.al if m.al is not None else (m.acceptance_curve[m.draft_len - 1] if m.acceptance_curve and
-                                        len(m.acceptance_curve) >= m.draft_len else None)
+    draft_len = m.draft_len or 1
+    al = m.al if m.al is not None else (m.acceptance_curve[m.draft_len - 1] if m.draft_len and m.acceptance_curve
+                                        and len(m.acceptance_curve) >= m.draft_len else None)
     if al is None and need_al:
         raise RecipeError("no acceptance length published")
     al = 1.0 if al is None else al
@@ -163,13 +167,13 @@ def setup_case(m, *, pricing: str = "perf-db", need_al: bool = True) -> CaseSetu
     tp = m.tp or m.num_gpus or _minimal_tp(arch, load_gpu(m.gpu), QUANT_MAP[m.quant])
     ep = m.ep if m.ep and tp % m.ep == 0 else 1
     context = m.isl + m.osl // 2 if m.isl and m.osl else DEFAULT_CONTEXT
-    nodes = (m.tree_nodes + 1) if m.tree_nodes else m.draft_len + 1
+    nodes = (m.tree_nodes + 1) if m.tree_nodes else draft_len + 1
     topk = (m.topk or 1) if m.tree_nodes else 1
     dummy = AcceptanceProfile(rates=(0.5,), source="fidelity: the published AL is used directly")
     req = PlanRequest(model=arch, gpu=load_gpu(m.gpu), drafters=(spec,), acceptance={spec.kind: dummy}, tp=tp, ep=ep,
                       quant=QUANT_MAP[m.quant], batches=(m.batch,), context=context,
-                      max_draft_len=max(16, m.draft_len), engine=m.engine, pricing=pricing)
-    return CaseSetup(m, req, spec, m.draft_len, nodes, topk, float(al))
+                      max_draft_len=max(16, draft_len), engine=m.engine, pricing=pricing)
+    return CaseSetup(m, req, spec, draft_len, nodes, topk, float(al))
 
 
 def _steps(setup: CaseSetup, pricer) -> tuple[float, float]:
@@ -284,34 +288,67 @@ def _ratio(t0, td, x) -> float:
     return s0 / sd
 
 
-def _solve(rows: list, start: dict, pairs: list = ()) -> dict:
-    """Least squares on log speedup (and log baseline step) over ``rows`` of (al, published, baseline step or None,
-    terms0, termsd), and on the log batch ratio of ``pairs`` of (published ratio, ref terms, case terms);
-    params >= 0 (microseconds)."""
+def _solve(rows: list, start: dict, pairs: list, step_us: float) -> dict:
+    """The ``SPEC_FITTED`` parameters (microseconds, >= 0) by least squares on the log speedup of ``rows`` of (al,
+    published, terms0, termsd) and the log batch ratio of ``pairs`` of (published ratio, ref terms, case terms),
+    ``step_us`` held."""
     import numpy as np
     from scipy.optimize import least_squares
 
+    def full(x):
+        return [step_us, *x]
+
     def resid(x):
-        out = []
-        for al, pub, base, t0, td in rows:
-            s0 = t0[0] + sum(c * v for c, v in zip(t0[1:], x))
-            out.append(math.log(al * _ratio(t0, td, x) / pub))
-            if base is not None:
-                out.append(math.log(s0 / base))
-        for pub_ratio, (r0, rd), (c0, cd) in pairs:
-            out.append(math.log(_ratio(c0, cd, x) / _ratio(r0, rd, x) / pub_ratio))
+        out = [math.log(al * _ratio(t0, td, full(x)) / pub) for al, pub, t0, td in rows]
+        out += [math.log(_ratio(c0, cd, full(x)) / _ratio(r0, rd, full(x)) / ratio) for ratio, (r0, rd), (c0, cd) in pairs]
         return np.array(out)
 
-    x0 = np.array([start[k] for k in FITTED], dtype=float)
+    x0 = np.array([start[k] for k in SPEC_FITTED], dtype=float)
     res = least_squares(resid, x0, bounds=(0.0, np.inf), x_scale=np.maximum(x0, 10.0))
-    return {k: float(v) for k, v in zip(FITTED, res.x)}
+    return {k: float(v) for k, v in zip(SPEC_FITTED, res.x)}
+
+
+def _baselines(measurements) -> dict:
+    """Per engine: (published baseline step, kernel step, step coefficient) of the distinct batch-1 train baselines
+    (one per model, GPU, TP and figure: a source that repeats its baseline row counts once)."""
+    from trtspec.recipes.engines import ENGINES
+
+    out: dict = {e: [] for e in ENGINES}
+    seen = set()
+    for m in measurements:
+        base = baseline_step(m)
+        key = (m.engine, m.model, m.gpu, m.tp, m.quant, base)
+        if m.split != "train" or base is None or key in seen:
+            continue
+        try:
+            (k0, c_step, *_), _ = linear_terms(setup_case(m, need_al=False))
+        except RecipeError:
+            continue
+        seen.add(key)
+        out[m.engine].append((base, k0, c_step, m.id))
+    return out
+
+
+def _fit_step(rows: list) -> float:
+    """step_us minimising the squared log error of the baselines (one parameter: a 1-D bounded search)."""
+    from scipy.optimize import minimize_scalar
+
+    res = minimize_scalar(lambda x: sum(math.log((k0 + c * x) / base) ** 2 for base, k0, c, _ in rows),
+                          bounds=(0.0, 5000.0), method="bounded")
+    return float(res.x)
 
 
 def fit(measurements) -> dict:
     """Fitted overheads per engine on the ``train`` cases: ``{engine: {"params": {...}, "cases": [ids], "pooled":
-    bool}}`` (see the module docstring)."""
+    bool}}``. Two stages, each parameter on the data that identifies it: ``step_us`` on the batch-1 baselines
+    (``_baselines``; an engine without ``MIN_BASELINES`` of its own takes the pooled value), then the speculative
+    parameters on the speedups and batch ratios with ``step_us`` held (see the module docstring)."""
     from trtspec.recipes.engines import ENGINES, load_engine
 
+    bases = _baselines(measurements)
+    pooled_step = _fit_step([r for e in ENGINES for r in bases[e]]) if any(bases.values()) else \
+        load_engine("trtllm").params_us()["step_us"]
+    step = {e: _fit_step(bases[e]) if len(bases[e]) >= MIN_BASELINES else pooled_step for e in ENGINES}
     rows: dict = {e: [] for e in ENGINES}
     ids: dict = {e: [] for e in ENGINES}
     for m in measurements:
@@ -319,9 +356,7 @@ def fit(measurements) -> dict:
             continue
         try:
             setup = setup_case(m)
-            if setup.request.engine not in rows:
-                continue
-            rows[m.engine].append((setup.al, float(m.speedup), baseline_step(m), *linear_terms(setup)))
+            rows[m.engine].append((setup.al, float(m.speedup), *linear_terms(setup)))
             ids[m.engine].append(m.id)
         except RecipeError:
             continue
@@ -333,15 +368,17 @@ def fit(measurements) -> dict:
             continue
         pairs[case.engine].append((float(case.speedup) / float(ref.speedup), *terms))
         ids[case.engine].append(f"{case.id}/{ref.id}")
-    everything = [r for e in ENGINES for r in rows[e]]
-    if not everything:
+    if not any(rows.values()):
         raise RecipeError("no scorable train case in the corpus: nothing to fit")
-    start = {k: v for k, v in load_engine("trtllm").params_us().items() if k in FITTED}
-    pooled = _solve(everything, start, [p for e in ENGINES for p in pairs[e]])
+    start = {k: max(v, 10.0) for k, v in load_engine("trtllm").params_us().items() if k in SPEC_FITTED}
     out = {}
+    pooled = _solve([r for e in ENGINES for r in rows[e]], start, [p for e in ENGINES for p in pairs[e]],
+                    pooled_step)
     for e in ENGINES:
         own = len(rows[e]) + len(pairs[e]) >= MIN_CASES_PER_ENGINE
-        out[e] = {"params": _solve(rows[e], pooled, pairs[e]) if own else dict(pooled), "pooled": not own,
+        params = _solve(rows[e], pooled, pairs[e], step[e]) if own else dict(pooled)
+        out[e] = {"params": {"step_us": step[e], **params}, "pooled": not own,
+                  "step_pooled": len(bases[e]) < MIN_BASELINES, "baselines": [r[3] for r in bases[e]],
                   "cases": ids[e] if own else [i for x in ENGINES for i in ids[x]]}
     return out
 

@@ -196,7 +196,8 @@ class _Evaluator:
             return 0.0
         if self.pricer is None:
             return self.req.gpu.spec_overhead
-        return self.pricer.engine.spec_step + self.batch * self.pricer.engine.spec_request
+        eng = self.pricer.engine
+        return eng.spec_step + self.req.model.num_layers * eng.spec_layer + self.batch * eng.spec_request
 
     def verify(self, tokens: int) -> StepCost:
         if tokens not in self._verify:
