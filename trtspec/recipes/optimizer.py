@@ -38,6 +38,7 @@ from trtspec.recipes.costmodel import Precision, StepCost, cache_bytes, forward_
 from trtspec.recipes.drafters import DrafterSpec
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
+from trtspec.recipes.engines import ENGINES
 from trtspec.recipes.pricing import PRICINGS, make_pricer
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -93,6 +94,8 @@ class PlanRequest:
             raise RecipeError("need --tp >= 1, --context >= 0, max_draft_len >= 0, max_tree_nodes >= 2")
         if self.draft_len is not None and not 0 <= self.draft_len <= max(self.max_draft_len, self.draft_len):
             raise RecipeError(f"--draft-len must be >= 0, got {self.draft_len}")
+        if self.engine not in ENGINES:
+            raise RecipeError(f"unknown --engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
         if self.pricing not in PRICINGS:
             raise RecipeError(f"--pricing must be one of {PRICINGS}, got {self.pricing!r}")
         if self.ep < 1 or self.tp % self.ep:
