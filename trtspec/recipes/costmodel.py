@@ -1,5 +1,9 @@
 """Roofline step-time model of one forward pass, per op class (co-design guidelines 1-4 live here).
 
+With a ``pricer`` (``trtspec.recipes.pricing``; the default of a plan) each op class is then re-priced from measured
+kernel tables where they exist, and the engine's fixed costs replace the GPU file's ``step_overhead``; without one
+(``pricing="roofline"``) this module alone is the analytic model described below.
+
 All times in seconds, sizes in bytes, work in FLOPs; one GPU of a tensor-parallel group of ``tp`` GPUs. A forward
 processes ``batch`` requests with ``tokens`` new tokens each (1 for plain decode, 1+D to verify a chain of D drafts,
 ``num_nodes`` for a tree) against a KV cache of ``context`` tokens.
