@@ -1,8 +1,8 @@
 """``trtspec build`` as a sequence of stages, each with a progress bar and a one-line summary.
 
-validate -> recipe -> quantize (target, draft; cached) -> export (into the bundle) -> emit
-(llm_api.yaml, vllm.yaml, sglang.args, recipe.yaml, README.md) -> triton (when
-``trtspec.triton.repository`` is installed) -> manifest + atomic rename onto ``--out``.
+validate -> acceptance (only with ``--acceptance measure``: ``trtspec.builder.measure``) -> recipe -> quantize
+(target, draft; cached) -> export (into the bundle) -> emit (llm_api.yaml, vllm.yaml, sglang.args, recipe.yaml,
+README.md) -> triton (when ``trtspec.triton.repository`` is installed) -> manifest + atomic rename onto ``--out``.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from trtspec.builder.options import TENSORRT_QUANTS, BuildOptions, HEAD_DRAFTERS
 from trtspec.builder.sglang_config import SGLANG_ALGORITHMS
 from trtspec.builder.vllm_config import VLLM_METHODS
 
-STAGES = ("validate", "recipe", "quantize", "export", "emit", "tensorrt", "triton", "manifest")
+STAGES = ("validate", "acceptance", "recipe", "quantize", "export", "emit", "tensorrt", "triton", "manifest")
 
 
 class BuildError(RuntimeError):
@@ -166,7 +166,7 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
     from rich.console import Console
 
     from trtspec.builder import calib as calib_mod
-    from trtspec.builder import emit, export, quantize
+    from trtspec.builder import emit, export, measure, quantize
     from trtspec.builder.validate import BuildInputError, validate
 
     console = console or Console(stderr=True)
@@ -196,9 +196,23 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
         vi = state["vi"]
         opts = opts.model_copy(update={"max_seq_len": vi.max_seq_len,
                                        "calib_seq_len": min(opts.calib_seq_len, vi.max_seq_len)})
+        measured = None
+        if opts.acceptance == measure.MEASURE:  # checked before any weight loads; BuildInputError names the ways out
+            measured = measure.plan_measurement(opts, vi)
+            st.run("acceptance", measured.run, total=measured.turns)
+            vi.notes.extend(measured.notes)
 
         def s_recipe(adv):
-            recipe = recipe_resolver(opts.recipe, **_recipe_kwargs(opts))
+            kw = _recipe_kwargs(opts)
+            if measured is not None:
+                kw["acceptance"] = measured.profile
+            try:
+                recipe = recipe_resolver(opts.recipe, **kw)
+            except ValueError as e:
+                hinted = measure.with_measure_hint(e, opts)
+                if hinted is e:
+                    raise
+                raise hinted from e
             state["recipe"] = recipe
             if int(recipe.max_draft_len) < 1:
                 raise ValueError(f"--recipe {opts.recipe}: speculation pays at no batch size for this model, GPU and "
@@ -236,6 +250,7 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
                             *(["vllm.yaml"] if opts.drafter in VLLM_METHODS else []),
                             *(["sglang.args"] if opts.drafter in SGLANG_ALGORITHMS else []),
                             "recipe.yaml", "manifest.json", "README.md",
+                            *([measure.ACCEPTANCE_FILE] if measured is not None else []),
                             *(["tensorrt/"] if opts.backend == "tensorrt" else []),
                             *(["triton/"] if _triton_available() else [])],
                 "notes": vi.notes,
@@ -246,6 +261,8 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
         with AtomicDir(out) as tmp:
             reports: dict[str, Any] = {}
             cache_use: dict[str, str] = {}
+            if measured is not None:
+                measured.write(tmp)
 
             def s_quantize(adv):
                 if not jobs:
