@@ -77,9 +77,10 @@ def run_fit(measurements) -> dict:
         why = {k: (f"fitted {today} by benchmarks/bench_fidelity.py --fit {how}: {len(f['cases'])} speedups and "
                    f"batch ratios of recipes/measurements with split: train (least squares on the log error; "
                    f"kernels from perf-db; step_us held)") for k in FITTED[1:]}
-        steps = "pooled over every engine's" if f["step_pooled"] else f"{engine}'s own"
-        why["step_us"] = (f"fitted {today} by benchmarks/bench_fidelity.py --fit on {steps} batch-1 train baselines "
-                          f"(published no-speculation tok/s of one request: {len(f['baselines'])} of {engine}'s own; "
+        steps = "every engine's batch-1 train baselines, pooled" if f["step_pooled"] else \
+            f"{engine}'s own batch-1 train baselines"
+        why["step_us"] = (f"fitted {today} by benchmarks/bench_fidelity.py --fit on {steps} (published "
+                          f"no-speculation tok/s of one request; {len(f['baselines'])} of them {engine}'s own; "
                           "least squares on the log step time, kernels from perf-db)")
         profile = load_engine(engine).with_params(**f["params"])
         save_engine_file(profile, profile.path, why)
