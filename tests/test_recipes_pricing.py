@@ -145,3 +145,12 @@ def test_engine_file_roundtrip_and_errors(tmp_path):
         load_engine_file(bad)
     with pytest.raises(RecipeError, match="unknown engine parameters"):
         prof.with_params(bogus_us=1)
+
+
+def test_a_losing_batch_says_so_with_the_best_drafting_speedup():
+    req = build_request(model="llama-3.1-70b", gpu="h200", quant="fp8", drafters="eagle3", acceptance="rates=0.5",
+                        batches=[384], context=512)
+    row = plan(req).rows[0]
+    assert row.draft_len == 0 and row.drafter == "none"
+    assert "no gain: guideline 1" in row.binding_rule
+    assert "speculation loses here: the best D >= 1 (eagle3, D=1) would give 0." in row.binding_rule

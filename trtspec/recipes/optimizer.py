@@ -390,13 +390,16 @@ def plan(req: PlanRequest) -> Plan:
     for batch in sorted({int(b) for b in req.batches}):
         ev = _Evaluator(req, batch, pricer)
         base = ev.point(req.drafters[0], 0, 1.0, 1)
-        best, capped = None, None
+        best, capped, best_spec = None, None, None
         curves[batch] = {}
         for spec in req.drafters:
             profile = req.acceptance[spec.kind]
             pts = _candidates(ev, spec, profile, req)
             fits_nodes = {n: _fits(req, spec, batch, n, memo) for n in {p.num_nodes for p in pts}}
             feasible = [p for p in pts if fits_nodes[p.num_nodes]]
+            drafting = [p for p in feasible if p.draft_len > 0]
+            if drafting and (best_spec is None or _better(_choose(drafting, req, tol), best_spec, req)):
+                best_spec = _choose(drafting, req, tol)
             # the engine schedule (recipe.derive_schedule) and the plot see only configurations that fit
             chain = [p for p in feasible if p.num_nodes == p.draft_len + 1] or [base]
             curves[batch][spec.kind] = {p.draft_len: round(p.tokens_per_s / base.tokens_per_s, 6) for p in chain}
@@ -418,6 +421,9 @@ def plan(req: PlanRequest) -> Plan:
                     f"({_memory_note(req, spec, batch, capped.num_nodes)}); best feasible")
         else:
             rule = _binding(req, ev, spec, profile, p)
+            if p.draft_len == 0 and best_spec is not None:
+                rule += (f"; speculation loses here: the best D >= 1 ({best_spec.drafter}, D={best_spec.draft_len}) "
+                         f"would give {best_spec.tokens_per_s / base.tokens_per_s:.2f}x")
         breakdown = {k: v * 1e3 for k, v in p.verify.as_dict().items()}
         breakdown["draft"] = p.draft.total * 1e3
         sources = {f"verify.{k}": v for k, v in sorted(p.verify.sources.items())}
