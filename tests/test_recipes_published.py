@@ -20,7 +20,9 @@ def test_llama33_70b_small_draft_model_h200_batch1():
     different model and GPU (Llama-3.1-8B on H100), so this is an independent check. The blog publishes no acceptance
     for the 1B draft, so instead of inventing one the test asserts that 3.55x lies inside the model's predictions for
     a per-position acceptance band of 0.70-0.85 (typical of same-family small drafts at temperature 0): a draft cost
-    or verification cost off by ~2x would move the whole band past 3.55x."""
+    or verification cost off by ~2x would move the whole band past 3.55x. Analytic model only: priced from the
+    H200 perf-db FP8 GEMM tables with TensorRT-LLM's fitted costs the baseline lands ~20% low (~41 tok/s) and the
+    band (~2.0-3.1x) below 3.55x; the blog predates the PyTorch backend those tables were collected on."""
     kw = dict(model="llama-3.3-70b", gpu="h200", quant="fp8", drafters="draft_model", draft_model="llama-3.2-1b",
               batches=[1], context=2048, pricing="roofline")
     low = _row(acceptance="rates=0.70", **kw)
