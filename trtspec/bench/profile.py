@@ -303,12 +303,13 @@ class _EngineCell:
 
         self.pipe, self.batch, self.d, self.context = pipe, batch, draft_len, context
         ctx = int(pipe.target.config.max_position_embeddings)
-        spread = min(max(8, 2 * (draft_len + 1)), context - 1)
+        room = ctx - context - 1
+        if room < 2 * (draft_len + 2):
+            raise ValueError(f"context {context} at batch {batch}: leaves {room} of the target's {ctx} "
+                             f"positions, too few for steps of D={draft_len}")
+        spread = min(max(8, 2 * (draft_len + 1)), context - 1, room)
         self.prompt_len, self.max_len = context - spread, context + spread
         self.budget = min(ctx - self.prompt_len - 1, 64 * (draft_len + 1))
-        if self.budget < 2 * (draft_len + 2):
-            raise ValueError(f"context {context} at batch {batch}: leaves {self.budget} of the target's {ctx} "
-                             f"positions, too few for steps of D={draft_len}")
         self.sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
         self.now = clock_fn(cfg.clock)
         self.gen = torch.Generator().manual_seed(batch * 131 + draft_len)
