@@ -8,7 +8,7 @@ from trtspec.recipes.arch import Architecture, Block, MoESpec, load_architecture
 from trtspec.recipes.costmodel import Precision, forward_cost, unique_experts
 from trtspec.recipes.drafters import DrafterSpec
 from trtspec.recipes.gpus import load_gpu
-from trtspec.recipes.optimizer import PlanRequest, _Evaluator, plan
+from trtspec.recipes.optimizer import PlanRequest, _Evaluator, plan, request_pricer, tie_tolerance
 
 
 def synthetic(group, layers=4, hidden=1024, kv_heads=8, moe=None):
@@ -29,10 +29,23 @@ def request(arch, *, drafter="ngram", rates=0.95, gpu="h200", **kw):
 
 @pytest.mark.parametrize("group", [4, 8, 16, 32])
 def test_guideline2_attention_dominated_decode_picks_128_over_g_minus_1(group):
-    req = request(synthetic(group), batches=(8,), context=131072, max_draft_len=128 // group + 12)
+    req = request(synthetic(group), batches=(8,), context=131072, max_draft_len=128 // group + 12, pricing="roofline")
     row = plan(req).rows[0]
     assert row.draft_len == 128 // group - 1
     assert "attention tile" in row.binding_rule
+
+
+@pytest.mark.parametrize("group", [4, 8, 16, 32])
+def test_guideline2_with_measured_kernels_stops_at_a_multiple_of_128_rows(group):
+    """Measured pricing (perf-db attention kernel x ceil(G*(1+D)/128), fitted engine costs): the chosen D still fills
+    whole 128-row tiles, G*(1+D) = 128*k. Measured reason it is not always k = 1: the engine's fixed costs per step
+    (step_us, spec_layer_us) dilute the attention term of these 4-layer models, so at G = 32 a second pass over the
+    KV cache (2x attention) costs less than the AL it buys from 4 to 8 tokens, and D = 256/G - 1 wins."""
+    req = request(synthetic(group), batches=(8,), context=131072, max_draft_len=128 // group + 12)
+    row = plan(req).rows[0]
+    assert (group * (row.draft_len + 1)) % 128 == 0, row.draft_len
+    assert "attention tile" in row.binding_rule
+    assert row.sources["verify.attention"].startswith("perf-db trtllm")
 
 
 def test_attention_cost_is_flat_then_steps_at_multiples_of_128():
@@ -61,18 +74,33 @@ def test_guideline3_never_just_past_a_multiple_of_128_when_below_is_as_good():
         prof, spec = req.acceptance["ngram"], req.drafters[0]
         low = ev.point(spec, d_low, prof.expected_al(d_low), d_low + 1).tokens_per_s
         chosen = ev.point(spec, d, prof.expected_al(d), d + 1).tokens_per_s
-        assert low < chosen * (1 - req.tie_tolerance), (group, d, d_low)
+        assert low < chosen * (1 - tie_tolerance(req, request_pricer(req))), (group, d, d_low)
         checked += 1
     assert checked >= 1
 
 
-def test_dense_gqa_on_h200_draft_len_shrinks_with_batch_and_stops():
+@pytest.mark.parametrize("pricing", ["roofline", "perf-db"])
+def test_dense_gqa_on_h200_draft_len_shrinks_with_batch_and_stops(pricing):
+    """Analytic model: the per-batch optimum itself is non-increasing. Measured reason it need not be with perf-db
+    pricing: neighbouring GEMM shapes scatter by ~1% in the collected tables and the speedup curve is flat near its
+    top, so the per-batch argmax may step back up by one (6, 5, 6 at B = 1, 2, 4); the engine schedule (optimal
+    non-increasing, recipe.monotone_schedule) is monotone and loses under 2% anywhere against the per-batch optimum."""
+    from trtspec.recipes.api import recipe_from_plan
+
     req = PlanRequest(model=load_architecture("llama-3.1-70b"), gpu=load_gpu("h200"), drafters=(DrafterSpec("eagle3"),),
                       acceptance={"eagle3": parse_acceptance("prior:llama3.3-70b-eagle3")}, quant="fp8",
-                      context=1024, batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
-    ds = [r.draft_len for r in plan(req).rows]
-    assert all(a >= b for a, b in zip(ds, ds[1:])), ds
-    assert ds[0] >= 4 and ds[-1] == 0 and ds[0] > ds[5]
+                      context=1024, batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), pricing=pricing)
+    result = plan(req)
+    ds = [r.draft_len for r in result.rows]
+    if pricing == "roofline":
+        assert all(a >= b for a, b in zip(ds, ds[1:])), ds
+    recipe = recipe_from_plan(result, model_label="llama-3.1-70b", max_batch_size=512)
+    sched = [recipe.vllm_schedule[r.batch] for r in result.rows]
+    assert all(a >= b for a, b in zip(sched, sched[1:])), sched
+    assert sched[0] >= 4 and sched[-1] == 0 and sched[0] > sched[5]
+    for r, d in zip(result.rows, sched):
+        curve = result.curves[r.batch]["eagle3"]
+        assert curve[d] >= curve[r.draft_len] * 0.98, (r.batch, d, r.draft_len)
 
 
 def test_sparser_moe_keeps_draft_len_larger_at_same_batch():
@@ -96,23 +124,30 @@ def test_unique_experts_formula():
     assert unique_experts(64, 4, 3) == pytest.approx(64 * (1 - (1 - 4 / 64) ** 3))
 
 
-def test_guideline4_low_latency_formula_for_a_deep_draft_model():
+@pytest.mark.parametrize("pricing", ["roofline", "perf-db"])
+def test_guideline4_low_latency_formula_for_a_deep_draft_model(pricing):
+    """speedup ~ AL / (1 + sigma + rho*D) at batch 1. The analytic model has sigma ~ 0 (40 us of speculative fixed
+    cost on a ~20 ms step). Measured reason for sigma > 0 with perf-db pricing: the engine file's fitted
+    speculative costs (spec_layer_us per target layer, spec_request_us) are a few percent of the 70B step; rho
+    still follows the draft/target depth ratio."""
     target = load_architecture("llama-3.1-70b")
     deep = Architecture(name="deep-draft", hidden=8192, vocab=target.vocab, num_heads=64, num_kv_heads=8,
                         head_dim=128, intermediate=28672, blocks=tuple(Block("attention", "dense") for _ in range(8)))
     req = PlanRequest(model=target, gpu=load_gpu("h200"), drafters=(DrafterSpec("draft_model", draft_arch=deep),),
                       acceptance={"draft_model": const(0.8)}, quant="fp8", context=1024, batches=(1,),
-                      draft_len=None, max_draft_len=10)
+                      draft_len=None, max_draft_len=10, pricing=pricing)
     ev = _Evaluator(req, 1)
     spec = req.drafters[0]
     t_target = ev.verify(1).total
     rho = ev.draft(spec, 1, 1).total / t_target
+    sigma = ev.spec_overhead / t_target
     # rho follows the draft/target depth ratio (same width): 8 of 80 layers plus a second LM head
     assert rho == pytest.approx(8 / 80, abs=0.03)
+    assert sigma < 0.01 if pricing == "roofline" else 0.01 < sigma < 0.3
     for d in range(1, 11):
         p = ev.point(spec, d, req.acceptance["draft_model"].expected_al(d), d + 1)
         predicted = p.tokens_per_s / (1 / t_target)
-        formula = p.expected_al / (1 + rho * d)
+        formula = p.expected_al / (1 + sigma + rho * d)
         assert predicted == pytest.approx(formula, rel=0.03), d
 
 
