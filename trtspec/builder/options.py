@@ -13,6 +13,10 @@ DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
 QUANTS = ("none", "fp8", "nvfp4", "w4a16_nvfp4", "int4_awq", "w4a8_awq", "int8_sq")
 KV_QUANTS = ("none", "fp8")
 BACKENDS = ("trtllm", "tensorrt")
+#: drafters whose step graphs --backend tensorrt exports (trtspec.onnx.export.DRAFTERS).
+TENSORRT_DRAFTERS = ("draft_model", "eagle3")
+#: verification node of the --backend tensorrt target graph (trtspec.onnx.tiers.VERIFY_NODES).
+VERIFY_METHODS = ("greedy", "sample", "block")
 #: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.export.QUANT_FORMATS).
 TENSORRT_QUANTS = {"none": "none", "fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4_awq"}
 #: drafters whose draft is a separate checkpoint (``--draft`` required).
@@ -63,6 +67,10 @@ class BuildOptions(BaseModel):
     backend: Literal[BACKENDS] = Field(default="trtllm", description="trtllm: TensorRT-LLM bundle; tensorrt: "
                                        "also ONNX step graphs with trtspec plugin nodes and TensorRT engines (or "
                                        "a trtexec script where TensorRT is missing).")
+    verify: Literal[VERIFY_METHODS] = Field(default="greedy", description="--backend tensorrt: the target graph "
+                                            "ends in TrtSpecVerifyGreedy (greedy), TrtSpecVerifySample (sample: "
+                                            "lossless rejection sampling, trees) or TrtSpecVerifyBlock (block: "
+                                            "chains).")
 
     @model_validator(mode="after")
     def _check(self):
@@ -73,8 +81,12 @@ class BuildOptions(BaseModel):
         if self.draft_quant != "none" and self.drafter != "draft_model":
             raise ValueError(f"--draft-quant applies to --drafter draft_model only; the {self.drafter} draft is "
                              "bundled as exported by Model-Optimizer's speculative export")
-        if self.backend == "tensorrt" and self.drafter != "draft_model":
-            raise ValueError(f"--backend tensorrt exports draft_model chains; got --drafter {self.drafter}")
+        if self.backend == "tensorrt" and self.drafter not in TENSORRT_DRAFTERS:
+            raise ValueError(f"--backend tensorrt exports step graphs for --drafter {' or '.join(TENSORRT_DRAFTERS)}; "
+                             f"got --drafter {self.drafter}")
+        if self.verify != "greedy" and self.backend != "tensorrt":
+            raise ValueError(f"--verify {self.verify} chooses the verification node of --backend tensorrt graphs; "
+                             "the TensorRT-LLM bundle verifies with the serving engine's own sampler")
         if self.backend == "tensorrt" and self.quant not in TENSORRT_QUANTS:
             raise ValueError(f"--backend tensorrt supports --quant {', '.join(TENSORRT_QUANTS)}; got {self.quant}")
         if self.max_seq_len is not None and self.calib_seq_len > self.max_seq_len:

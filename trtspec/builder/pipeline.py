@@ -318,18 +318,21 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
             if opts.backend == "tensorrt":
                 def s_tensorrt(adv):
                     from trtspec.onnx.tensorrt import write_tensorrt_backend
+                    from trtspec.onnx.tiers import tiers_from_recipe
 
                     said = []
-                    cfg = write_tensorrt_backend(vi.target.path, vi.draft.path, tmp / "tensorrt",
-                                                 max_nodes=int(recipe.max_draft_len) + 1,
-                                                 quant=TENSORRT_QUANTS[opts.quant], max_batch=opts.max_batch_size,
+                    tiers = tiers_from_recipe(recipe, opts.max_batch_size, opts.verify)
+                    cfg = write_tensorrt_backend(vi.target.path, vi.draft.path, tmp / "tensorrt", tiers=tiers,
+                                                 verify=opts.verify, drafter=opts.drafter,
+                                                 quant=TENSORRT_QUANTS[opts.quant],
                                                  max_seq_len=opts.max_seq_len, log=said.append)
                     with open(tmp / "README.md", "a") as f:
                         f.write("- `tensorrt/`: ONNX step graphs with trtspec plugin nodes"
                                 + (", TensorRT engines" if cfg["engines_built"] else
                                    "; build the engines with `tensorrt/build_engines.sh` (needs TensorRT and a GPU)")
                                 + "\n")
-                    return f"tensorrt/ chain of {cfg['max_nodes'] - 1}: " + " ".join(said)
+                    shape = ", ".join(f"batch {t.lo}-{t.hi}: {t.num_nodes} nodes" for t in tiers)
+                    return f"tensorrt/ {opts.verify} verification, {len(tiers)} profiles ({shape}): " + " ".join(said)
 
                 st.run("tensorrt", s_tensorrt)
 

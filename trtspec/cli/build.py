@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from trtspec.builder.options import BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, BuildOptions, help_of
+from trtspec.builder.options import BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, VERIFY_METHODS, BuildOptions, help_of
 from trtspec.builder.trtllm_config import TRTLLM_VERSIONS
 
 _D = BuildOptions.model_fields
@@ -38,17 +38,18 @@ def _default(name):
 @click.option("--trtllm-version", type=click.Choice(sorted(TRTLLM_VERSIONS)), default=_default("trtllm_version"),
               help=help_of("trtllm_version"))
 @click.option("--backend", type=click.Choice(BACKENDS), default=_default("backend"), help=help_of("backend"))
+@click.option("--verify", type=click.Choice(VERIFY_METHODS), default=_default("verify"), help=help_of("verify"))
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=_default("device"), help=help_of("device"))
 @click.option("--out", type=click.Path(path_type=Path), default=_default("out"), help=help_of("out"))
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=help_of("cache_dir"))
 @click.option("--no-cache", is_flag=True, help="Neither reuse nor fill the quantized-checkpoint cache.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (stages, recipe, outputs) and stop.")
-@click.option("--verify", is_flag=True, help="Load the bundle with tensorrt_llm.LLM and generate a few tokens "
+@click.option("--smoke-test", is_flag=True, help="Load the bundle with tensorrt_llm.LLM and generate a few tokens "
               "(needs TensorRT-LLM and a GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (plan or manifest) as JSON on stdout.")
 def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, calib_samples, calib_seq_len, gpu, tp,
-          max_batch_size, max_seq_len, recipe, acceptance, trtllm_version, backend, device, out, cache_dir, no_cache, dry_run,
-          verify, as_json):
+          max_batch_size, max_seq_len, recipe, acceptance, trtllm_version, backend, verify, device, out, cache_dir, no_cache,
+          dry_run, smoke_test, as_json):
     """Validate the pair, resolve the recipe, quantize with Model-Optimizer, export unified HF
     checkpoints and write llm_api.yaml / vllm.yaml / sglang.args / recipe.yaml / manifest.json /
     README.md into --out, atomically. With no arguments: the demo pair for an H200."""
@@ -62,8 +63,8 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
     fields = dict(target=target, draft=draft, drafter=drafter, quant=quant, draft_quant=draft_quant,
                   kv_cache_quant=kv_cache_quant, calib=calib, calib_samples=calib_samples,
                   calib_seq_len=calib_seq_len, gpu=gpu, tp=tp, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
-                  recipe=recipe, acceptance=acceptance, trtllm_version=trtllm_version, backend=backend, device=device,
-                  out=out,
+                  recipe=recipe, acceptance=acceptance, trtllm_version=trtllm_version, backend=backend, verify=verify,
+                  device=device, out=out,
                   use_cache=not no_cache)
     if cache_dir is not None:
         fields["cache_dir"] = cache_dir
@@ -94,7 +95,7 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
         else:
             _print_plan(console, result.plan)
         return
-    if verify:
+    if smoke_test:
         console.print(verify_bundle(result.out), highlight=False)
     if as_json:
         click.echo(json.dumps(result.manifest, indent=2))
