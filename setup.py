@@ -58,8 +58,8 @@ setup(
     package_dir={"trtspec.recipebook": "recipes", "trtspec.pluginspecs": "plugins"},
     include_package_data=True,
     package_data={
-        "trtspec": ["recipes/models/*.yaml", "bench/data/*", "zoo/**/*", "triton/**/*"],
-        "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml"],
+        "trtspec": ["recipes/models/*.yaml", "bench/data/*", "zoo/**/*", "triton/**/*", "builder/engines/*.yaml"],
+        "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml", "measurements/*.yaml"],
         "trtspec.pluginspecs": ["trtSpec*/trtSpec*.yaml"],
     },
     ext_modules=_extensions(),

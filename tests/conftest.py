@@ -1,8 +1,36 @@
-"""Shared pytest fixtures: seeded generators of draft trees and distributions for the op tests."""
+"""Shared pytest fixtures (seeded generators of draft trees and distributions for the op tests) and
+a check that no test leaves a process behind."""
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
+
+from process_guard import ProcessGuard
+
+_guard = ProcessGuard(os.getpid())
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    """Attribute each new live descendant of the test process to the test after which it appeared."""
+    _guard.note(nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if a child of the test process (a server, a build, a stub) is still alive at the
+    end; list each with the test after which it appeared, then kill it so the run can finish."""
+    leftovers = _guard.survivors()
+    if not leftovers:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"pid {pid} ({cmd}), alive since {test}" for pid, cmd, test in leftovers]
+    if reporter is not None:
+        reporter.write_sep("=", f"{len(leftovers)} process(es) left behind by the tests", red=True)
+        for line in lines:
+            reporter.write_line(line)
+    _guard.kill(pid for pid, _cmd, _test in leftovers)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _random_parents(g: torch.Generator, B: int, N: int, kind: str) -> torch.Tensor:

@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from trtspec.builder import emit
+from trtspec.builder.draft_config import DrafterFacts, read_block_draft
 from trtspec.builder.options import BuildOptions
 from trtspec.builder.sglang_config import SglangArgs
 from trtspec.builder.trtllm_config import (LlmApiConfig, default_graph_batch_sizes, graph_batch_sizes,
@@ -26,6 +27,7 @@ class FakeRecipe:
     vllm_schedule: dict = field(default_factory=lambda: {4: 4, 16: 3, 48: 1})
     sglang: dict = field(default_factory=lambda: {"speculative_num_steps": 4, "speculative_eagle_topk": 1,
                                                   "speculative_num_draft_tokens": 5})
+    rows: list = field(default_factory=list)
 
     def to_dict(self):
         return {"draft_len_schedule": self.draft_len_schedule, "max_draft_len": self.max_draft_len}
@@ -38,6 +40,13 @@ def _opts(drafter="draft_model", **kw):
     draft = Path("d") if drafter in ("draft_model", "eagle3", "dflash", "dspark") else None
     kw.setdefault("max_seq_len", 4096)
     return BuildOptions(target=Path("t"), draft=draft, drafter=drafter, **kw)
+
+
+def dspark_facts(config=None) -> DrafterFacts:
+    """DrafterFacts of a DSpark draft whose config.json is ``config`` (default: block 4, layers [0, 1])."""
+    config = config or {"dspark_block_size": 4, "dspark_target_layer_ids": [0, 1]}
+    block = read_block_draft(config, "dspark")
+    return DrafterFacts(layer_ids=block.target_layer_ids, block=block)
 
 
 def _spec(**kw):
@@ -103,27 +112,38 @@ def test_default_graph_sizes_follow_trtllm_padding_rule():
 
 @pytest.mark.parametrize("drafter", ["draft_model", "eagle3", "mtp", "ngram", "sa", "dflash", "dspark"])
 def test_every_drafter_emits_valid_configs(tmp_path, drafter):
+    """Default versions (TensorRT-LLM main-0004396, vLLM main-002e77c): the recipe's {4: 4, 16: 3, 48: 1} at
+    max_batch_size 64. One-engine drafters get D=1 instead of the implicit 0 above 48 (no runtime floor on that
+    version); NGram keeps its cut-off; DSpark drafts its block at every batch."""
     recipe = FakeRecipe()
     opts = _opts(drafter, max_batch_size=64, kv_cache_quant="fp8")
-    written = emit.write_configs(tmp_path, recipe, opts, draft_layer_ids=[0, 1])
+    facts = dspark_facts() if drafter == "dspark" else DrafterFacts(layer_ids=[0, 1], mtp_layers=1)
+    written = emit.write_configs(tmp_path, recipe, opts, facts=facts)
     cfg = validate_llm_api_yaml(tmp_path / "llm_api.yaml")
     spec = cfg.speculative_config
     assert spec.decoding_type == emit.DECODING_TYPES[drafter]
     assert spec.max_draft_len == recipe.max_draft_len
     assert cfg.kv_cache_config.dtype == "fp8"
-    if spec.draft_len_schedule:
-        s = spec.draft_len_schedule
-        assert list(s) == sorted(s) and s[min(s)] == spec.max_draft_len
-        assert set(k for k in s if k <= 64) <= set(cfg.cuda_graph_config.batch_sizes)
-    else:  # NGram / DSpark: schedule folded into max_concurrency at the last speculating threshold
-        assert spec.max_concurrency == 48
+    raw = yaml.safe_load((tmp_path / "llm_api.yaml").read_text())["speculative_config"]
+    assert "max_total_draft_tokens" not in raw  # a chain: TensorRT-LLM sets it to max_draft_len itself
+    if drafter == "ngram":
+        assert spec.max_concurrency == 48 and spec.draft_len_schedule is None
+    elif drafter == "dspark":
+        assert spec.max_concurrency is None and spec.draft_len_schedule is None
+    else:
+        assert spec.draft_len_schedule == {4: 4, 16: 3, 64: 1} and spec.max_concurrency is None
+        assert set(spec.draft_len_schedule) <= set(cfg.cuda_graph_config.batch_sizes)
     assert (spec.speculative_model == "./draft") == (drafter in ("draft_model", "eagle3", "dflash", "dspark"))
     if written["vllm"] is not None:
         raw = yaml.safe_load((tmp_path / "vllm.yaml").read_text())
         v = VllmSpeculativeConfig.model_validate(raw["speculative_config"])
-        assert [tuple(r) for r in v.num_speculative_tokens_per_batch_size] == [(1, 4, 4), (5, 16, 3), (17, 48, 1)]
+        if drafter == "dspark":
+            assert v.num_speculative_tokens == 4 and v.num_speculative_tokens_per_batch_size is None
+        else:
+            assert [tuple(r) for r in v.num_speculative_tokens_per_batch_size] == \
+                [(1, 4, 4), (5, 16, 3), (17, 48, 1), (49, 64, 0)]
     else:
-        assert drafter == "dspark" and not (tmp_path / "vllm.yaml").exists()
+        assert not (tmp_path / "vllm.yaml").exists()
     if written["sglang"] is not None:
         args = SglangArgs.from_text((tmp_path / "sglang.args").read_text())
         assert args.speculative_num_steps == 4 and args.kv_cache_dtype == "fp8_e4m3"
@@ -134,17 +154,24 @@ def test_every_drafter_emits_valid_configs(tmp_path, drafter):
 def test_eagle3_tree_recipe_emits_dynamic_tree(tmp_path):
     recipe = FakeRecipe(sglang={"speculative_num_steps": 4, "speculative_eagle_topk": 4,
                                 "speculative_num_draft_tokens": 9})
-    cfg = emit.llm_api_config(recipe, _opts("eagle3", max_batch_size=64), draft_layer_ids=[1, 3, 5])
+    cfg = emit.plan_configs(recipe, _opts("eagle3", max_batch_size=64), DrafterFacts(layer_ids=[1, 3, 5])).llm_api
     s = cfg.speculative_config
     assert (s.use_dynamic_tree, s.dynamic_tree_max_topK, s.max_total_draft_tokens) == (True, 4, 8)
     assert s.eagle3_layers_to_capture == [1, 3, 5]
-    SglangArgs.from_text(emit.sglang_args(recipe, _opts("eagle3")).to_text())
+    SglangArgs.from_text(emit.plan_configs(recipe, _opts("eagle3")).sglang.to_text())
 
 
 def test_max_concurrency_recipe_without_schedule(tmp_path):
+    """max_concurrency 32 would turn a one-engine drafter off above 32: on main-0004396 it becomes a D=1 tier,
+    on the PR #16888 branch it is kept (the runtime floors at 1 there); NGram keeps it on both."""
     recipe = FakeRecipe(draft_len_schedule={}, vllm_schedule={}, max_concurrency=32)
-    s = emit.llm_api_config(recipe, _opts()).speculative_config
+    s = emit.plan_configs(recipe, _opts()).llm_api.speculative_config
+    assert s.draft_len_schedule == {32: 4, 256: 1} and s.max_concurrency is None
+    s = emit.plan_configs(recipe, _opts(trtllm_version="pr16888-011d093")).llm_api.speculative_config
     assert s.draft_len_schedule is None and s.max_concurrency == 32
+    for version in ("main-0004396", "pr16888-011d093"):
+        s = emit.plan_configs(recipe, _opts("ngram", trtllm_version=version)).llm_api.speculative_config
+        assert s.draft_len_schedule is None and s.max_concurrency == 32
 
 
 def test_vllm_ranges_and_validation():

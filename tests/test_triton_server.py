@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from process_guard import default_sigint
 
 from trtspec.triton.server import ServerNotFoundError, TritonServer, find_server
 
@@ -378,7 +379,8 @@ def test_serve_exits_cleanly_on_sigint(bundle, tmp_path, greedy):
            "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--repo", str(repo), "--json"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1])] +
                                                         ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_sigint)
     try:
         line = proc.stdout.readline()
         assert line, proc.stderr.read()

@@ -19,6 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Iterable, Optional
 
+from trtspec.builder.interrupt import deferred
+
 MANIFEST_FORMAT = "trtspec.bundle/v1"
 _CHUNK = 1 << 20
 
@@ -108,7 +110,8 @@ class AtomicDir:
         if exc_type is None and not self.committed:
             self.commit()
         if not self.committed:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            with deferred():  # a second Ctrl-C waits until the temporary directory is gone
+                shutil.rmtree(self.tmp, ignore_errors=True)
         return False
 
 
@@ -146,7 +149,8 @@ class QuantCache:
                 os.rename(tmp, final)
         finally:
             if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+                with deferred():
+                    shutil.rmtree(tmp, ignore_errors=True)
         return final
 
     def materialize(self, key: str, dst: Path) -> Path:

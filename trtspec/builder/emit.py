@@ -1,23 +1,52 @@
-"""Stage 5 of ``trtspec build``: serving configs from the recipe, each validated before it is written.
+"""Stage 5 of ``trtspec build``: serving configs from the recipe, each validated for its engine version.
+
+:func:`plan_configs` builds ``llm_api.yaml`` (TensorRT-LLM ``--trtllm-version``), ``vllm.yaml`` (``--vllm-version``)
+and ``sglang.args`` in memory and validates them against the facts of those versions (``engine_facts``); the
+pipeline calls it right after the recipe, so a contradiction fails before any quantization. :func:`write_configs`
+writes them. Each engine's part also says, in words, what the config means on that version
+(``EngineConfigs.meaning``, printed in the bundle README); notes that change the plan (a D=1 tier where the planner
+wanted 0, a schedule a version cannot express) also go into the recipe's provenance.
 
 Paths inside the configs are relative to the bundle (``./target``, ``./draft``): the serve
 commands in the bundle's README run from the bundle directory, so the bundle can be moved.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
 
-from trtspec.builder.sglang_config import SGLANG_ALGORITHMS, SglangArgs
-from trtspec.builder.trtllm_config import (DYNAMIC_DRAFT_LEN_TYPES, TRTLLM_VERSIONS, CudaGraphConfig, KvCacheConfig,
-                                           LlmApiConfig, graph_batch_sizes)
-from trtspec.builder.vllm_config import VLLM_METHODS, VllmConfig, VllmSpeculativeConfig, schedule_to_ranges
+from trtspec.builder.draft_config import DrafterFacts
+from trtspec.builder.engine_facts import EngineVersion, engine_version
+from trtspec.builder.sglang_config import SglangArgs
+from trtspec.builder.trtllm_config import CudaGraphConfig, KvCacheConfig, LlmApiConfig, graph_batch_sizes
+from trtspec.builder.trtllm_schedule import is_static, plan_schedule, runtime_draft_len, zero_draft_batches
+from trtspec.builder.vllm_config import VllmConfig, schedule_to_ranges
 
 DECODING_TYPES = {"draft_model": "Draft_Target", "eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram", "sa": "SA",
                   "dflash": "DFlash", "dspark": "DSpark"}
 TARGET_DIR, DRAFT_DIR = "./target", "./draft"
+DSPARK_SETTINGS = ("target_layer_ids", "block_size", "mask_token_id", "markov_rank")
+
+
+@dataclass
+class EngineConfigs:
+    """The validated configs of one bundle, the engine versions they target, and what they mean there."""
+
+    llm_api: LlmApiConfig
+    vllm: Optional[VllmConfig]
+    sglang: Optional[SglangArgs]
+    trtllm_facts: EngineVersion
+    vllm_facts: EngineVersion
+    sglang_facts: EngineVersion
+    meaning: dict[str, list[str]] = field(default_factory=dict)  # engine -> README lines
+    notes: list[str] = field(default_factory=list)  # changes to the plan (also in the recipe's provenance)
+
+    def written(self) -> dict[str, Any]:
+        return {"llm_api": self.llm_api, "vllm": self.vllm, "sglang": self.sglang, "notes": self.notes,
+                "meaning": self.meaning, "configs": self}
 
 
 def _schedule(recipe: Any) -> Optional[dict[int, int]]:
@@ -36,85 +65,230 @@ def _tree(recipe: Any, drafter: str) -> Optional[tuple[int, int]]:
     return k, min(max(total, d), k * d)
 
 
-def llm_api_config(recipe: Any, opts: Any, *, draft_layer_ids: Optional[list[int]] = None,
-                   notes: Optional[list[str]] = None) -> LlmApiConfig:
-    """The ``llm_api.yaml`` content for ``opts.drafter`` under ``recipe`` (validated)."""
-    notes = notes if notes is not None else []
-    dtype = DECODING_TYPES[opts.drafter]
+def _ranges(per_batch: dict) -> str:
+    """{1: 4, 2: 4, 3: 1} -> 'batch 1-2: 4, batch 3: 1'."""
+    items, out, lo = sorted(per_batch.items()), [], None
+    for i, (b, d) in enumerate(items):
+        lo = b if lo is None else lo
+        if i + 1 == len(items) or items[i + 1][1] != d:
+            out.append(f"batch {lo}-{b}: {d}" if lo != b else f"batch {b}: {d}")
+            lo = None
+    return ", ".join(out)
+
+
+def _draft_len(recipe: Any, opts: Any, facts: DrafterFacts, notes: list[str]) -> int:
+    """D for the engines: the DSpark checkpoint's block, vanilla MTP capped at its layers, else the recipe's."""
     d = int(recipe.max_draft_len)
-    schedule = _schedule(recipe)
-    max_conc = getattr(recipe, "max_concurrency", None)
-    spec: dict[str, Any] = {"decoding_type": dtype, "max_draft_len": d}
-    if schedule and dtype not in DYNAMIC_DRAFT_LEN_TYPES:
-        on = [k for k, v in schedule.items() if v > 0]
-        max_conc = max(on) if on else None
-        notes.append(f"{dtype} has no dynamic draft length in TensorRT-LLM: schedule {schedule} emitted as "
-                     f"max_draft_len {d} with max_concurrency {max_conc}")
-        schedule = None
-    if schedule:
-        spec["draft_len_schedule"] = schedule
-    elif max_conc:
-        spec["max_concurrency"] = int(max_conc)
+    if opts.drafter == "dspark":
+        block = facts.block.block_size if facts.block is not None else None
+        if block is None:
+            raise ValueError("--drafter dspark: the draft's block size is unknown (validate reads it from the draft's "
+                             "config.json); D of a DSpark draft is its trained block, never chosen here")
+        if d != block:
+            notes.append(f"the recipe planned D={d}; a DSpark draft drafts its trained block, so D={block} "
+                         "(the recipe only says at which batch sizes speculation pays)")
+        return int(block)
+    if opts.drafter == "mtp" and (facts.mtp_layers or 1) > 1 and d > facts.mtp_layers:
+        notes.append(f"the recipe planned D={d}, but vanilla MTP runs at most its {facts.mtp_layers} MTP layers: "
+                     f"D={facts.mtp_layers}")
+        return int(facts.mtp_layers)
+    return d
+
+
+def _dspark_losses(recipe: Any, block: int) -> list[str]:
+    """Batches where the recipe predicts DSpark at its block does not pay (speedup <= 1 or D = 0 planned)."""
+    rows = getattr(recipe, "rows", None) or []
+    bad = [r for r in rows if int(r.get("draft_len", block)) == 0 or float(r.get("speedup", 2.0)) <= 1.0]
+    return [f"{r['batch']} ({float(r.get('speedup', 0.0)):.2f}x)" for r in bad if "batch" in r]
+
+
+def _dspark_fields(facts: DrafterFacts, tv: EngineVersion, spec: dict, meaning: list[str]) -> None:
+    """Write a DSpark setting only where this version cannot read it from the draft's config.json."""
+    block = facts.block
+    if block is None:
+        return
+    for name in DSPARK_SETTINGS:
+        s = block.settings.get(name)
+        if s is None:
+            continue
+        found = block.read_by(name, tv["dspark_reads"][name])
+        if found is not None:
+            meaning.append(f"`{name}` = {s.value!r} is not written: this version reads it from draft/config.json "
+                           f"(`{found}`)")
+        elif name == "block_size":
+            meaning.append(f"`block_size` is not written: this version reads none of {list(s.spellings)}, and an "
+                           f"unset block_size is max_draft_len = {s.value}, the checkpoint's block")
+        else:
+            spec[name] = list(s.value) if isinstance(s.value, list) else s.value
+            meaning.append(f"`{name}` = {s.value!r} is written: this version does not read {list(s.spellings)} "
+                           f"(it reads {tv['dspark_reads'][name]})")
+
+
+def _drafter_fields(recipe: Any, opts: Any, facts: DrafterFacts, tv: EngineVersion, spec: dict,
+                    meaning: list[str]) -> None:
+    """The drafter's own ``speculative_config`` fields: draft path, tree, capture / target layers, n-gram size."""
     if opts.drafter in ("draft_model", "eagle3", "dflash", "dspark"):
         spec["speculative_model"] = DRAFT_DIR
     tree = _tree(recipe, opts.drafter)
     if tree:
         spec.update(use_dynamic_tree=True, dynamic_tree_max_topK=tree[0], max_total_draft_tokens=tree[1])
     else:
-        spec["max_total_draft_tokens"] = d
-    if opts.drafter == "eagle3" and draft_layer_ids:
-        spec["eagle3_layers_to_capture"] = list(draft_layer_ids)
-    if opts.drafter in ("dflash", "dspark") and draft_layer_ids:
-        spec["target_layer_ids"] = list(draft_layer_ids)
+        meaning.append("`max_total_draft_tokens` is not written: on a chain this version sets it to max_draft_len")
+    if opts.drafter == "eagle3" and facts.layer_ids:
+        spec["eagle3_layers_to_capture"] = list(facts.layer_ids)
+    if opts.drafter == "dflash" and facts.layer_ids:
+        spec["target_layer_ids"] = list(facts.layer_ids)
     if opts.drafter == "dspark":
-        spec["block_size"] = d
+        _dspark_fields(facts, tv, spec, meaning)
     if opts.drafter == "ngram":
         spec["max_matching_ngram_size"] = 3
-    cg = CudaGraphConfig(batch_sizes=graph_batch_sizes(opts.max_batch_size, schedule),
+
+
+def trtllm_part(recipe: Any, opts: Any, facts: DrafterFacts, tv: EngineVersion) -> tuple[LlmApiConfig, list, list]:
+    """``llm_api.yaml`` for TensorRT-LLM ``tv``: (validated config, README lines, plan notes)."""
+    notes: list[str] = []
+    dtype = DECODING_TYPES[opts.drafter]
+    d = _draft_len(recipe, opts, facts, notes)
+    meaning = [f"{tv.summary}"]
+    if opts.drafter == "dspark":
+        lose = _dspark_losses(recipe, d)
+        if lose:
+            notes.append(f"the recipe predicts DSpark at block {d} does not pay at batch {', '.join(lose)}; "
+                         f"{tv.label} cannot switch DSpark off per batch: serve with a smaller max_batch_size to "
+                         "avoid those batches")
+        plan = plan_schedule(decoding_type=dtype, max_draft_len=d, schedule=None, max_concurrency=None,
+                             max_batch_size=opts.max_batch_size, facts=tv)
+    else:
+        plan = plan_schedule(decoding_type=dtype, max_draft_len=d, schedule=_schedule(recipe),
+                             max_concurrency=getattr(recipe, "max_concurrency", None),
+                             max_batch_size=opts.max_batch_size, facts=tv, mtp_layers=facts.mtp_layers)
+    notes += list(plan.notes)
+    spec: dict[str, Any] = {"decoding_type": dtype, "max_draft_len": plan.max_draft_len}
+    if plan.draft_len_schedule:
+        spec["draft_len_schedule"] = dict(plan.draft_len_schedule)
+    if plan.max_concurrency:
+        spec["max_concurrency"] = int(plan.max_concurrency)
+    _drafter_fields(recipe, opts, facts, tv, spec, meaning)
+    zero = zero_draft_batches(spec, tv, opts.max_batch_size, facts.mtp_layers)
+    if zero:  # plan_schedule guarantees this never happens; refuse rather than emit a config that corrupts
+        raise ValueError(f"{tv.label}: {dtype} would draft 0 tokens at batch {zero[0]}..{zero[-1]}, which stales its "
+                         "drafter state (PR #16888)")
+    per_batch = {b: runtime_draft_len(spec, b, tv, facts.mtp_layers) for b in range(1, opts.max_batch_size + 1)}
+    meaning.insert(1, f"draft length per batch size: {_ranges(per_batch)}"
+                   + (" (static: this version has no per-batch draft length for it)"
+                      if is_static(tv, dtype, facts.mtp_layers) else ""))
+    if opts.verification == "block" and not tv["block_verification"]:
+        notes.append(f"{tv.label} verifies token by token (no block verification): --verification block does "
+                     "not apply to llm_api.yaml")
+    cg = CudaGraphConfig(batch_sizes=graph_batch_sizes(opts.max_batch_size, plan.draft_len_schedule),
                          max_batch_size=opts.max_batch_size, enable_padding=True)
-    return LlmApiConfig.model_validate({
-        "tensor_parallel_size": opts.tp,
-        "max_batch_size": opts.max_batch_size,
-        "max_seq_len": opts.max_seq_len,
-        "kv_cache_config": KvCacheConfig(dtype="fp8" if opts.kv_cache_quant == "fp8" else "auto"),
-        "cuda_graph_config": cg,
-        "speculative_config": spec,
-    })
+    data = {"tensor_parallel_size": opts.tp, "max_batch_size": opts.max_batch_size, "max_seq_len": opts.max_seq_len,
+            "kv_cache_config": KvCacheConfig(dtype="fp8" if opts.kv_cache_quant == "fp8" else "auto"),
+            "cuda_graph_config": cg, "speculative_config": spec}
+    return LlmApiConfig.model_validate(data, context={"trtllm": tv}), meaning, notes
 
 
-def vllm_config(recipe: Any, opts: Any) -> Optional[VllmConfig]:
-    """The ``vllm.yaml`` content, or None when vLLM has no equivalent of ``opts.drafter``."""
-    method = VLLM_METHODS.get(opts.drafter)
+def vllm_part(recipe: Any, opts: Any, facts: DrafterFacts,
+              vv: EngineVersion) -> tuple[Optional[VllmConfig], list, list]:
+    """``vllm.yaml`` for vLLM ``vv`` (None where it has no method for the drafter), README lines, plan notes."""
+    notes: list[str] = []
+    method = vv["methods"].get(opts.drafter)
     if method is None:
-        return None
+        return None, [], [f"{vv.label} has no {opts.drafter} method: vllm.yaml not written"]
+    meaning = [vv.summary]
     sched = getattr(recipe, "vllm_schedule", None) or _schedule(recipe)
     sched = {int(k): int(v) for k, v in (sched or {}).items()}
     k = sched[min(sched)] if sched else int(recipe.max_draft_len)
+    if opts.drafter in ("dspark", "mtp"):  # DSpark: its block; vanilla MTP: at most its layers
+        cap = _draft_len(recipe, opts, facts, [])
+        k = cap if opts.drafter == "dspark" else min(k, cap)
+        sched = {b: min(v, k) for b, v in sched.items()}
     spec: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
-    if method in ("draft_model", "eagle3", "dflash"):
+    if method in vv["methods_with_model"]:
         spec["model"] = DRAFT_DIR
     if method == "ngram":
         spec.update(prompt_lookup_max=3, prompt_lookup_min=1)
-    if sched:
-        spec["num_speculative_tokens_per_batch_size"] = schedule_to_ranges(sched)
-    return VllmConfig(model=TARGET_DIR, tensor_parallel_size=opts.tp, max_num_seqs=opts.max_batch_size,
-                      max_model_len=opts.max_seq_len, kv_cache_dtype="fp8" if opts.kv_cache_quant == "fp8" else "auto",
-                      speculative_config=VllmSpeculativeConfig.model_validate(spec))
+    varies = bool(sched) and (len(set(sched.values())) > 1 or max(sched) < opts.max_batch_size)
+    if varies and max(sched) < opts.max_batch_size:  # vLLM keeps the last k above the last range: write the 0
+        sched[opts.max_batch_size] = 0
+    if varies and method == "dspark":
+        notes.append(f"{vv.label}: a DSpark draft drafts its whole block; no per-batch draft length is written")
+        varies = False
+    if varies and vv["per_batch_field"]:
+        spec[vv["per_batch_field"]] = schedule_to_ranges(sched)
+        meaning.append(f"draft length per batch size: {_ranges(_dense(sched))}")
+    else:
+        meaning.append(f"draft length: K={k} at every batch size (no per-batch draft length written)")
+        if varies:
+            notes.append(f"{vv.label} has no per-batch draft length: K={k} at every batch size (the recipe's "
+                         f"{_ranges(_dense(sched))} is not expressible)")
+    _vllm_verification(opts, vv, method, spec, meaning, notes)
+    data = {"model": TARGET_DIR, "tensor_parallel_size": opts.tp, "max_num_seqs": opts.max_batch_size,
+            "max_model_len": opts.max_seq_len, "kv_cache_dtype": "fp8" if opts.kv_cache_quant == "fp8" else "auto",
+            "speculative_config": spec}
+    return VllmConfig.model_validate(data, context={"vllm": vv}), meaning, notes
 
 
-def sglang_args(recipe: Any, opts: Any) -> Optional[SglangArgs]:
-    """The ``sglang.args`` content, or None when SGLang has no equivalent of ``opts.drafter``."""
-    algo = SGLANG_ALGORITHMS.get(opts.drafter)
+def _dense(sched: dict[int, int]) -> dict[int, int]:
+    out, lo = {}, 1
+    for hi in sorted(sched):
+        out.update({b: sched[hi] for b in range(lo, hi + 1)})
+        lo = hi + 1
+    return out
+
+
+def _vllm_verification(opts: Any, vv: EngineVersion, method: str, spec: dict, meaning: list, notes: list) -> None:
+    if opts.verification != "block":
+        meaning.append("verification: per-token rejection sampling (rejection_sample_method left at its default)")
+        return
+    if "block" not in vv["rejection_sample_methods"]:
+        notes.append(f"{vv.label} has no block verification: vllm.yaml verifies token by token")
+        meaning.append("verification: per-token rejection sampling (this version has no rejection_sample_method)")
+    elif method in vv["methods_without_draft_probs"]:
+        notes.append(f"{vv.label}: {method} proposes tokens without probabilities, and block verification would "
+                     "then accept less than per-token verification (vllm#40819): rejection_sample_method stays "
+                     "standard")
+        meaning.append(f"verification: per-token rejection sampling ({method} has no draft probabilities)")
+    else:
+        spec["rejection_sample_method"] = "block"
+        meaning.append(f"verification: `rejection_sample_method: block` (block verification, Sun et al.; "
+                       f"{vv.fact('block_verification_runner').source})")
+
+
+def sglang_part(recipe: Any, opts: Any, sv: EngineVersion) -> tuple[Optional[SglangArgs], list, list]:
+    """``sglang.args`` (None where SGLang has no algorithm for the drafter or the recipe has no shape)."""
+    algo = sv["algorithms"].get(opts.drafter)
     sg = getattr(recipe, "sglang", None)
     if algo is None or not sg:
-        return None
-    return SglangArgs(
+        why = (f"no SGLang algorithm is mapped for {opts.drafter} ({sv.fact('algorithms').note or sv.label})"
+               if algo is None else "the recipe has no SGLang shape")
+        return None, [], [f"sglang.args not written: {why}"]
+    args = SglangArgs(
         model_path=TARGET_DIR, tp_size=opts.tp, max_running_requests=opts.max_batch_size,
         context_length=opts.max_seq_len, kv_cache_dtype="fp8_e4m3" if opts.kv_cache_quant == "fp8" else "auto",
         speculative_algorithm=algo, speculative_num_steps=int(sg["speculative_num_steps"]),
         speculative_eagle_topk=int(sg.get("speculative_eagle_topk", 1)),
         speculative_num_draft_tokens=int(sg["speculative_num_draft_tokens"]),
         speculative_draft_model_path=DRAFT_DIR if algo in ("EAGLE3", "STANDALONE") else None)
+    meaning = [sv.summary, f"one shape at every batch size: {args.speculative_num_steps} steps, top-k "
+               f"{args.speculative_eagle_topk}, {args.speculative_num_draft_tokens} tokens verified per step"]
+    notes = [f"{sv.label} verifies token by token: --verification block does not apply to sglang.args"] \
+        if opts.verification == "block" and not sv["block_verification"] else []
+    return args, meaning, notes
+
+
+def plan_configs(recipe: Any, opts: Any, facts: Optional[DrafterFacts] = None) -> EngineConfigs:
+    """All serving configs for ``opts`` under ``recipe``, validated for the targeted versions; nothing written."""
+    facts = facts or DrafterFacts()
+    tv = engine_version("trtllm", opts.trtllm_version)
+    vv = engine_version("vllm", getattr(opts, "vllm_version", None))
+    sv = engine_version("sglang")
+    llm, t_meaning, notes = trtllm_part(recipe, opts, facts, tv)
+    vl, v_meaning, v_notes = vllm_part(recipe, opts, facts, vv)
+    sg, s_meaning, s_notes = sglang_part(recipe, opts, sv)
+    return EngineConfigs(llm_api=llm, vllm=vl, sglang=sg, trtllm_facts=tv, vllm_facts=vv, sglang_facts=sv,
+                         meaning={"trtllm": t_meaning, "vllm": v_meaning, "sglang": s_meaning},
+                         notes=notes + v_notes + s_notes)
 
 
 def dump_yaml(data: dict, path: Path, header: str) -> None:
@@ -124,65 +298,71 @@ def dump_yaml(data: dict, path: Path, header: str) -> None:
     path.write_text(text)
 
 
-def write_configs(bundle: Path, recipe: Any, opts: Any, *, draft_layer_ids=None) -> dict[str, Any]:
-    """Write ``llm_api.yaml``, ``vllm.yaml``, ``sglang.args`` into ``bundle``; return what was written
-    (``{"llm_api": LlmApiConfig, "vllm": VllmConfig | None, "sglang": SglangArgs | None, "notes": [...]}``)."""
-    notes: list[str] = []
-    llm = llm_api_config(recipe, opts, draft_layer_ids=draft_layer_ids, notes=notes)
-    commit = TRTLLM_VERSIONS[opts.trtllm_version]
-    data = llm.model_dump(exclude_none=True)
-    if "speculative_config" in data:  # decoding_type first: it selects the config class
-        sc = data["speculative_config"]
-        data["speculative_config"] = {"decoding_type": sc.pop("decoding_type"), **sc}
-    dump_yaml(data, bundle / "llm_api.yaml",
+def llm_api_data(llm: LlmApiConfig) -> dict:
+    """The ``llm_api.yaml`` mapping: only the fields trtspec set (TensorRT-LLM's own defaults are not repeated),
+    ``decoding_type`` first (it selects the class)."""
+    data = llm.model_dump(exclude_none=True, exclude_unset=True)
+    data["speculative_config"] = {"decoding_type": llm.speculative_config.decoding_type,
+                                  **data.get("speculative_config", {})}
+    return data
+
+
+def write_configs(bundle: Path, recipe: Any, opts: Any, *, draft_layer_ids=None,
+                  facts: Optional[DrafterFacts] = None, planned: Optional[EngineConfigs] = None) -> dict[str, Any]:
+    """Write ``llm_api.yaml``, ``vllm.yaml``, ``sglang.args`` into ``bundle`` (planning them unless ``planned``);
+    return ``{"llm_api", "vllm", "sglang", "notes", "meaning", "configs"}``. The plan notes are also added to the
+    recipe's ``provenance["engine_notes"]`` (it is saved after this)."""
+    if planned is None:
+        planned = plan_configs(recipe, opts, facts or DrafterFacts(layer_ids=draft_layer_ids))
+    tv = planned.trtllm_facts
+    dump_yaml(llm_api_data(planned.llm_api), bundle / "llm_api.yaml",
               f"TensorRT-LLM LLM-API options (trtllm-serve ./target --config llm_api.yaml), run from the bundle.\n"
-              f"Fields follow TensorRT-LLM {opts.trtllm_version} (llm_args.py at {commit[:12]}).")
-    vl = vllm_config(recipe, opts)
-    if vl is not None:
-        dump_yaml(vl.model_dump(exclude_none=True, mode="json"), bundle / "vllm.yaml",
-                  "vLLM options (vllm serve --config vllm.yaml), run from the bundle.")
-    else:
-        notes.append(f"vLLM has no {opts.drafter} method: vllm.yaml not written")
-    sg = sglang_args(recipe, opts)
-    if sg is not None:
-        (bundle / "sglang.args").write_text(sg.to_text())
-    else:
-        notes.append(f"SGLang has no {opts.drafter} algorithm in this recipe: sglang.args not written")
-    return {"llm_api": llm, "vllm": vl, "sglang": sg, "notes": notes}
+              f"Fields follow {tv.label} (llm_args.py at {tv.short_commit}); README.md says what they mean there.")
+    if planned.vllm is not None:
+        vv = planned.vllm_facts
+        dump_yaml(planned.vllm.model_dump(exclude_none=True, mode="json"), bundle / "vllm.yaml",
+                  f"vLLM options (vllm serve ./target --config vllm.yaml), run from the bundle.\n"
+                  f"Keys follow {vv.label} ({vv.short_commit}).")
+    if planned.sglang is not None:
+        (bundle / "sglang.args").write_text(planned.sglang.to_text())
+    prov = getattr(recipe, "provenance", None)
+    if isinstance(prov, dict) and planned.notes:
+        prov["engine_notes"] = list(planned.notes)
+    return planned.written()
 
 
 def readme(opts: Any, written: dict[str, Any], recipe: Any, extra: list[str]) -> str:
-    """The bundle's ``README.md``: what is inside and the exact serve commands."""
-    llm = written["llm_api"]
-    spec = llm.speculative_config
-    sched_text = (f"draft_len_schedule {spec.draft_len_schedule} (above the largest key: no speculation)"
-                  if spec.draft_len_schedule else
-                  f"max_draft_len {spec.max_draft_len}, max_concurrency {spec.max_concurrency}")
-    lines = [
-        "# trtspec bundle",
-        "",
-        f"Target quantization `{opts.quant}`, KV cache `{opts.kv_cache_quant}`, drafter `{opts.drafter}`"
-        f" (TensorRT-LLM `decoding_type: {spec.decoding_type}`), planned for {opts.gpu} x{opts.tp}.",
-        f"Draft length per batch size: {sched_text}.",
-        "",
-        "Run every command from this directory (paths in the configs are relative to it).",
-        "",
-        "## TensorRT-LLM (PyTorch backend)",
-        "```bash",
-        "trtllm-serve ./target --config llm_api.yaml",
-        "```",
-        "or in Python: `tensorrt_llm.LLM(model='./target', **yaml.safe_load(open('llm_api.yaml')))`.",
-    ]
-    if written["vllm"] is not None:
-        lines += ["", "## vLLM", "```bash", "vllm serve ./target --config vllm.yaml", "```"]
-    if written["sglang"] is not None:
-        lines += ["", "## SGLang", "```bash", "python -m sglang.launch_server $(cat sglang.args)", "```"]
+    """The bundle's ``README.md``: what is inside, the exact serve commands, and per engine what the config
+    means on the version it targets."""
+    cfg: EngineConfigs = written["configs"]
+    spec = cfg.llm_api.speculative_config
+    tv, vv, sv = cfg.trtllm_facts, cfg.vllm_facts, cfg.sglang_facts
+    lines = ["# trtspec bundle", "",
+             f"Target quantization `{opts.quant}`, KV cache `{opts.kv_cache_quant}`, drafter `{opts.drafter}`"
+             f" (TensorRT-LLM `decoding_type: {spec.decoding_type}`), planned for {opts.gpu} x{opts.tp}, "
+             f"verification `{opts.verification}`.", "",
+             "Run every command from this directory (paths in the configs are relative to it).", "",
+             f"## TensorRT-LLM ({tv.label}, llm_args.py at {tv.short_commit})", "```bash",
+             "trtllm-serve ./target --config llm_api.yaml", "```",
+             "or in Python: `tensorrt_llm.LLM(model='./target', **yaml.safe_load(open('llm_api.yaml')))`.", ""]
+    lines += [f"- {m}" for m in cfg.meaning["trtllm"]]
+    if cfg.vllm is not None:
+        lines += ["", f"## vLLM ({vv.label}, {vv.short_commit})", "```bash",
+                  "vllm serve ./target --config vllm.yaml", "```", ""]
+        lines += [f"- {m}" for m in cfg.meaning["vllm"]]
+    if cfg.sglang is not None:
+        lines += ["", f"## SGLang ({sv.label}, {sv.short_commit})", "```bash",
+                  "python -m sglang.launch_server $(cat sglang.args)", "```", ""]
+        lines += [f"- {m}" for m in cfg.meaning["sglang"]]
+    if cfg.notes:
+        lines += ["", "## Changes to the plan", ""] + [f"- {n}" for n in cfg.notes]
     lines += ["", "## Files", "- `target/`: target checkpoint (unified Hugging Face layout"
               + (", Model-Optimizer quantized)" if opts.quant != "none" or opts.kv_cache_quant != "none" else ")")]
     if opts.drafter in ("draft_model", "eagle3", "dflash", "dspark"):
         lines.append("- `draft/`: draft checkpoint" + (f" ({opts.draft_quant})" if opts.draft_quant != "none" else ""))
-    lines += ["- `recipe.yaml`: the recipe (draft length per batch, predicted speedups, binding rules)",
+    lines += ["- `recipe.yaml`: the recipe (draft length per batch, predicted speedups, binding rules; "
+              "`provenance.engine_notes` repeats the changes above)",
               "- `manifest.json`: sha256 of inputs and of every file here, tool versions"]
-    for note in written["notes"] + extra:
+    for note in extra:
         lines.append(f"- note: {note}")
     return "\n".join(lines) + "\n"

@@ -7,12 +7,16 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from trtspec.bench.runners import RunConfig
 from trtspec.builder.trtllm_config import DEFAULT_TRTLLM_VERSION, TRTLLM_VERSIONS
+from trtspec.builder.vllm_config import DEFAULT_VLLM_VERSION, VLLM_VERSIONS
 
 DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
 QUANTS = ("none", "fp8", "nvfp4", "w4a16_nvfp4", "int4_awq", "w4a8_awq", "int8_sq")
 KV_QUANTS = ("none", "fp8")
 BACKENDS = ("trtllm", "tensorrt")
+#: how the target verifies a draft: per-token rejection sampling, or block verification (Sun et al.).
+VERIFICATIONS = ("token", "block")
 #: drafters whose step graphs --backend tensorrt exports (trtspec.onnx.export.DRAFTERS).
 TENSORRT_DRAFTERS = ("draft_model", "eagle3")
 #: verification node of the --backend tensorrt target graph (trtspec.onnx.tiers.VERIFY_NODES).
@@ -55,10 +59,23 @@ class BuildOptions(BaseModel):
     max_seq_len: Optional[PositiveInt] = Field(default=None, description="Prompt + output tokens per request "
                                                "(None: min(4096, the target's max_position_embeddings)).")
     recipe: str = Field(default="auto", description="auto (plan now), a recipe YAML file, or a recipe-book name.")
-    acceptance: Optional[str] = Field(default=None, description="Acceptance profile JSON or prior:NAME "
-                                      "(default for the demo: its shipped acceptance.json).")
+    acceptance: Optional[str] = Field(default=None, description="Acceptance for --recipe auto: a profile JSON, "
+                                      "prior:NAME, rates=a1,a2,..., curve=AL1,AL2,... (mean AL at D=1,2,...) or "
+                                      "al=A@D; or 'measure': run the pair on the local runtime with the built-in "
+                                      "sample now, write acceptance.json into the bundle and plan from it (default "
+                                      "for the demo: its shipped acceptance.json).")
+    measure_prompts: Optional[PositiveInt] = Field(default=None, description="--acceptance measure: the first N "
+                                                   "prompts of each category of the built-in sample (None: all).")
+    measure_new_tokens: PositiveInt = Field(default=RunConfig.max_new_tokens, description="--acceptance measure: "
+                                            "tokens generated per turn.")
     trtllm_version: Literal[tuple(TRTLLM_VERSIONS)] = Field(default=DEFAULT_TRTLLM_VERSION,
-                                                            description="TensorRT-LLM LLM-API version to target.")
+                                                            description="TensorRT-LLM LLM-API version to target "
+                                                            "(facts in trtspec/builder/engines/).")
+    vllm_version: Literal[tuple(VLLM_VERSIONS)] = Field(default=DEFAULT_VLLM_VERSION,
+                                                        description="vLLM version vllm.yaml targets.")
+    verification: Literal[VERIFICATIONS] = Field(default="token", description="token: per-token rejection "
+                                                 "sampling; block: block verification where the engine has it "
+                                                 "(vLLM rejection_sample_method block; n-gram falls back to token).")
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Where calibration runs.")
     out: Path = Field(default=Path("trtspec-out/demo"), description="Bundle directory (written atomically).")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Cache of quantized checkpoints.")
@@ -70,7 +87,7 @@ class BuildOptions(BaseModel):
     verify: Literal[VERIFY_METHODS] = Field(default="greedy", description="--backend tensorrt: the target graph "
                                             "ends in TrtSpecVerifyGreedy (greedy), TrtSpecVerifySample (sample: "
                                             "lossless rejection sampling, trees) or TrtSpecVerifyBlock (block: "
-                                            "chains).")
+                                            "chains); --verification sets the serving engines' configs.")
 
     @model_validator(mode="after")
     def _check(self):
@@ -89,6 +106,11 @@ class BuildOptions(BaseModel):
                              "the TensorRT-LLM bundle verifies with the serving engine's own sampler")
         if self.backend == "tensorrt" and self.quant not in TENSORRT_QUANTS:
             raise ValueError(f"--backend tensorrt supports --quant {', '.join(TENSORRT_QUANTS)}; got {self.quant}")
+        if self.acceptance == "measure" and self.recipe != "auto":
+            raise ValueError(f"--acceptance measure plans the recipe from the measurement: it needs --recipe auto, "
+                             f"got --recipe {self.recipe}")
+        if self.acceptance != "measure" and self.measure_prompts is not None:
+            raise ValueError("--measure-prompts applies to --acceptance measure only")
         if self.max_seq_len is not None and self.calib_seq_len > self.max_seq_len:
             raise ValueError(f"--calib-seq-len ({self.calib_seq_len}) exceeds --max-seq-len ({self.max_seq_len})")
         return self

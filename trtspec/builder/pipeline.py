@@ -1,8 +1,8 @@
 """``trtspec build`` as a sequence of stages, each with a progress bar and a one-line summary.
 
-validate -> recipe -> quantize (target, draft; cached) -> export (into the bundle) -> emit
-(llm_api.yaml, vllm.yaml, sglang.args, recipe.yaml, README.md) -> triton (when
-``trtspec.triton.repository`` is installed) -> manifest + atomic rename onto ``--out``.
+validate -> acceptance (only with ``--acceptance measure``: ``trtspec.builder.measure``) -> recipe -> quantize
+(target, draft; cached) -> export (into the bundle) -> emit (llm_api.yaml, vllm.yaml, sglang.args, recipe.yaml,
+README.md) -> triton (when ``trtspec.triton.repository`` is installed) -> manifest + atomic rename onto ``--out``.
 """
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from trtspec.builder.bundle import AtomicDir, QuantCache, hash_files, sha256_file, tool_versions, write_manifest
+from trtspec.builder.interrupt import interruptible
 from trtspec.builder.options import TENSORRT_QUANTS, BuildOptions, HEAD_DRAFTERS
-from trtspec.builder.sglang_config import SGLANG_ALGORITHMS
-from trtspec.builder.vllm_config import VLLM_METHODS
 
-STAGES = ("validate", "recipe", "quantize", "export", "emit", "tensorrt", "triton", "manifest")
+STAGES = ("validate", "acceptance", "recipe", "quantize", "export", "emit", "tensorrt", "triton", "manifest")
 
 
 class BuildError(RuntimeError):
@@ -72,6 +71,13 @@ def default_resolver(spec: str, *, draft=None, draft_quant="none", **kw):
         from trtspec.recipes import api
     except ImportError as e:
         raise RuntimeError(f"the recipe layer (trtspec.recipes.api) is not available: {e}") from None
+    draft_len = kw.pop("draft_len", None)  # a drafter with one possible D (DSpark: its block) plans only that D
+    if draft_len is not None and spec == "auto":
+        req = api.build_request(model=kw["model"], gpu=kw["gpu"], drafters=kw["drafter"], acceptance=kw["acceptance"],
+                                tp=kw["tp"], quant=kw["quant"], context=kw["context"], calibration=kw["calibration"],
+                                max_batch_size=kw["max_batch_size"], max_draft_len=draft_len, draft_len=draft_len)
+        return api.recipe_from_plan(api.plan(req), model_label=Path(kw["model"]).name,
+                                    max_batch_size=kw["max_batch_size"])
     if draft is not None and kw.get("drafter") == "draft_model":
         if "draft_model" in inspect.signature(api.resolve_recipe).parameters:
             return api.resolve_recipe(spec, draft_model=str(draft), **kw)
@@ -162,11 +168,19 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
 
     Raises :class:`trtspec.builder.validate.BuildInputError` for bad inputs (before any heavy work)
     and :class:`BuildError` when a later stage fails; in both cases ``opts.out`` is untouched.
+    SIGINT and SIGTERM raise :class:`trtspec.builder.interrupt.BuildInterrupted` (a
+    ``KeyboardInterrupt``) at whatever stage the build is, after the temporary bundle is removed.
     """
+    with interruptible():
+        return _build(opts, dry_run=dry_run, console=console, quiet=quiet, recipe_resolver=recipe_resolver)
+
+
+def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
+           recipe_resolver: Callable[..., Any]) -> BuildResult:
     from rich.console import Console
 
     from trtspec.builder import calib as calib_mod
-    from trtspec.builder import emit, export, quantize
+    from trtspec.builder import emit, export, measure, quantize
     from trtspec.builder.validate import BuildInputError, validate
 
     console = console or Console(stderr=True)
@@ -196,14 +210,31 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
         vi = state["vi"]
         opts = opts.model_copy(update={"max_seq_len": vi.max_seq_len,
                                        "calib_seq_len": min(opts.calib_seq_len, vi.max_seq_len)})
+        measured = None
+        if opts.acceptance == measure.MEASURE:  # checked before any weight loads; BuildInputError names the ways out
+            measured = measure.plan_measurement(opts, vi)
+            st.run("acceptance", measured.run, total=measured.turns)
+            vi.notes.extend(measured.notes)
 
         def s_recipe(adv):
-            recipe = recipe_resolver(opts.recipe, **_recipe_kwargs(opts))
+            kw = _recipe_kwargs(opts)
+            if measured is not None:
+                kw["acceptance"] = measured.profile
+            if vi.fixed_draft_len:  # DSpark: D is the checkpoint's block size
+                kw["draft_len"] = vi.fixed_draft_len
+            try:
+                recipe = recipe_resolver(opts.recipe, **kw)
+            except ValueError as e:
+                hinted = measure.with_measure_hint(e, opts)
+                if hinted is e:
+                    raise
+                raise hinted from e
             state["recipe"] = recipe
             if int(recipe.max_draft_len) < 1:
                 raise ValueError(f"--recipe {opts.recipe}: speculation pays at no batch size for this model, GPU and "
                                  f"acceptance (max_draft_len {recipe.max_draft_len}); nothing to deploy with "
                                  f"--drafter {opts.drafter}")
+            state["configs"] = emit.plan_configs(recipe, opts, vi.drafter_facts)  # refuses before any quantization
             planned = PLANNER_QUANT.get(opts.quant)
             return _describe_recipe(recipe) + (f" (planned with {planned} costs: same bytes per weight and "
                                                f"activation as {opts.quant})" if planned else "")
@@ -233,12 +264,13 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
                               "cache": "hit" if opts.use_cache and cache.lookup(keys[r]) else "miss"}
                              for r, _s, q, kv in jobs],
                 "outputs": ["target/", *(["draft/"] if vi.draft is not None else []), "llm_api.yaml",
-                            *(["vllm.yaml"] if opts.drafter in VLLM_METHODS else []),
-                            *(["sglang.args"] if opts.drafter in SGLANG_ALGORITHMS else []),
+                            *(["vllm.yaml"] if state["configs"].vllm is not None else []),
+                            *(["sglang.args"] if state["configs"].sglang is not None else []),
                             "recipe.yaml", "manifest.json", "README.md",
+                            *([measure.ACCEPTANCE_FILE] if measured is not None else []),
                             *(["tensorrt/"] if opts.backend == "tensorrt" else []),
                             *(["triton/"] if _triton_available() else [])],
-                "notes": vi.notes,
+                "notes": vi.notes + state["configs"].notes,
             }
             result.summaries = st.summaries
             return result
@@ -246,6 +278,8 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
         with AtomicDir(out) as tmp:
             reports: dict[str, Any] = {}
             cache_use: dict[str, str] = {}
+            if measured is not None:
+                measured.write(tmp)
 
             def s_quantize(adv):
                 if not jobs:
@@ -304,7 +338,7 @@ def build(opts: BuildOptions, *, dry_run: bool = False, console=None, quiet: boo
             st.run("export", s_export)
 
             def s_emit(adv):
-                written = emit.write_configs(tmp, recipe, opts, draft_layer_ids=vi.draft_layer_ids)
+                written = emit.write_configs(tmp, recipe, opts, planned=state["configs"])
                 state["written"] = written
                 recipe.save(tmp / "recipe.yaml")
                 (tmp / "README.md").write_text(emit.readme(opts, written, recipe, vi.notes))

@@ -6,7 +6,9 @@ Documented SGLang server options trtspec writes: ``--speculative-algorithm`` (``
 ``--speculative-num-steps`` (draft depth), ``--speculative-eagle-topk`` (branching per step; 1 =
 chain), ``--speculative-num-draft-tokens`` (tokens verified per step including the root, so a chain
 has ``num_steps + 1`` and a tree at most ``1 + topk * num_steps``), ``--speculative-draft-model-path``.
-SGLang has no per-batch draft length: one setting, chosen by the recipe.
+SGLang has no per-batch draft length: one setting, chosen by the recipe. Each flag is cited, with
+the commit it was read at, in ``trtspec/builder/engines/sglang-<version>.yaml`` (fact ``keys``);
+the drafter -> algorithm map is that file's ``algorithms`` (:func:`sglang_algorithm`).
 """
 from __future__ import annotations
 
@@ -15,13 +17,15 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
 
-#: trtspec drafter -> SGLang speculative algorithm (drafters missing here have no SGLang equivalent).
-SGLANG_ALGORITHMS: dict[str, str] = {
-    "eagle3": "EAGLE3",
-    "draft_model": "STANDALONE",
-    "mtp": "NEXTN",
-    "ngram": "NGRAM",
-}
+from trtspec.builder.engine_facts import DEFAULT_VERSION, engine_version
+
+#: The SGLang version whose server flags are encoded (the only one so far).
+DEFAULT_SGLANG_VERSION = DEFAULT_VERSION["sglang"]
+
+
+def sglang_algorithm(drafter: str, version: str = DEFAULT_SGLANG_VERSION) -> Optional[str]:
+    """The SGLang ``--speculative-algorithm`` of a trtspec drafter, or None when trtspec emits none for it."""
+    return engine_version("sglang", version)["algorithms"].get(drafter)
 
 
 class _Strict(BaseModel):

@@ -6,21 +6,23 @@ writes are modelled, each with the name, type and validation rule of the targete
 version (its ``tensorrt_llm/llmapi/llm_args.py``); everything else is forbidden so a typo or a
 field of another version fails here instead of at serve time.
 
-Encoded version (``TRTLLM_VERSIONS``): TensorRT-LLM ``main`` at commit
-``0004396720054fd8e205cbf616f21f0b57c6b412`` (PyTorch backend only). Rules carried over:
+Encoded versions: ``trtspec.builder.engine_facts.VERSIONS["trtllm"]``, one facts file each
+(``trtspec/builder/engines/trtllm-<version>.yaml``, every fact with its ``path@commit``). Validate
+with the version's facts in the pydantic context (:func:`validate_llm_api`); without one the
+default version's facts apply. Rules carried over (both versions unless stated):
 
 * ``speculative_config.decoding_type`` is the discriminator: ``Draft_Target``, ``Eagle3``, ``MTP``,
   ``NGram``, ``SA``, ``DFlash``, ``DSpark``.
 * ``draft_len_schedule`` maps an inclusive upper batch bound to a draft length
-  (``{4: 4, 8: 2, 32: 1}``: batch 1-4 -> 4, 5-8 -> 2, 9-32 -> 1, above 32 -> 0); keys >= 1,
-  values >= 0, the value at the smallest key equals ``max_draft_len`` and none exceeds it; it is
-  mutually exclusive with ``max_concurrency``.
-* Dynamic draft length is supported only by the one-model modes (Eagle3, MTP, Draft_Target,
-  DFlash, SA, PARD); NGram and DSpark take ``max_concurrency`` instead (trtspec rejects a schedule
-  there rather than have it silently ignored).
+  (``{4: 4, 8: 2, 32: 1}``: batch 1-4 -> 4, 5-8 -> 2, 9-32 -> 1, above 32 -> 0, or the version's
+  ``min_runtime_draft_len`` where it has one); keys >= 1, values >= 0, the value at the smallest key
+  equals ``max_draft_len`` and none exceeds it; it is mutually exclusive with ``max_concurrency``.
+* Dynamic draft length: only the version's ``dynamic_draft_len`` decoding types; the others take
+  ``max_concurrency`` or nothing (trtspec rejects a schedule there rather than have it ignored).
 * Eagle3/MTP dynamic tree: ``use_dynamic_tree`` needs ``dynamic_tree_max_topK > 0`` and
-  ``max_draft_len <= max_total_draft_tokens <= topK * max_draft_len``; linear modes have
-  ``max_total_draft_tokens == max_draft_len``.
+  ``max_draft_len <= max_total_draft_tokens <= topK * max_draft_len``; on linear modes the real
+  code sets ``max_total_draft_tokens = max_draft_len`` (trtspec leaves it out there).
+* DSpark: ``block_size`` (set or read from the draft checkpoint) must equal ``max_draft_len``.
 * ``kv_cache_config.dtype`` is ``auto``, ``fp8``, ``fp8_ds_mla``, ``nvfp4`` or a torch dtype name.
 * ``cuda_graph_config.batch_sizes`` sorted, ``max_batch_size == max(batch_sizes)``; every schedule
   key that is <= the largest graph batch joins the graph batch sizes (TensorRT-LLM merges them);
@@ -31,19 +33,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationInfo, field_validator,
+                      model_validator)
 
-#: Versions of TensorRT-LLM whose LLM-API fields are encoded here: version key -> commit read.
-TRTLLM_VERSIONS: dict[str, str] = {
-    "main-0004396": "0004396720054fd8e205cbf616f21f0b57c6b412",
-}
+from trtspec.builder.engine_facts import DEFAULT_VERSION, VERSIONS, EngineVersion, check_version, engine_version
+
+#: Versions of TensorRT-LLM whose LLM-API fields are encoded (facts under trtspec/builder/engines/).
+TRTLLM_VERSIONS: tuple[str, ...] = VERSIONS["trtllm"]
 #: The version ``--trtllm-version`` defaults to.
-DEFAULT_TRTLLM_VERSION = "main-0004396"
-
-#: decoding types whose runtime honours ``draft_len_schedule`` (``support_dynamic_draft_len``).
-DYNAMIC_DRAFT_LEN_TYPES = frozenset({"Draft_Target", "Eagle3", "MTP", "DFlash", "SA"})
+DEFAULT_TRTLLM_VERSION = DEFAULT_VERSION["trtllm"]
 
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_ds_mla", "nvfp4", "float16", "bfloat16", "float32")
+
+
+def facts_of(info: Optional[ValidationInfo]) -> EngineVersion:
+    """The TensorRT-LLM facts in the validation context (``{"trtllm": EngineVersion}``), else the default's."""
+    ctx = getattr(info, "context", None) or {}
+    return ctx.get("trtllm") or engine_version("trtllm")
 
 
 class _Strict(BaseModel):
@@ -86,13 +92,15 @@ class _DecodingBase(_Strict):
         return dict(sorted(v.items()))
 
     @model_validator(mode="after")
-    def _base_rules(self):
+    def _base_rules(self, info: ValidationInfo):
         if self.max_concurrency is not None and self.draft_len_schedule is not None:
             raise ValueError("max_concurrency and draft_len_schedule are mutually exclusive")
-        if self.draft_len_schedule is not None and self.decoding_type not in DYNAMIC_DRAFT_LEN_TYPES:
+        facts = facts_of(info)
+        dynamic = facts["dynamic_draft_len"]
+        if self.draft_len_schedule is not None and self.decoding_type not in dynamic:
             raise ValueError(
-                f"decoding_type {self.decoding_type} does not support draft_len_schedule in this TensorRT-LLM "
-                f"version (dynamic draft length: {sorted(DYNAMIC_DRAFT_LEN_TYPES)}); use max_concurrency")
+                f"decoding_type {self.decoding_type} does not support draft_len_schedule in {facts.label} "
+                f"(dynamic draft length: {sorted(dynamic)}); use max_concurrency")
         return self
 
     def _linear(self, name: str):
@@ -203,19 +211,22 @@ class DFlashDecodingConfig(_DecodingBase):
 
 
 class DSparkDecodingConfig(_DecodingBase):
-    """DSpark semi-parallel draft; ``block_size`` should equal ``max_draft_len``."""
+    """DSpark semi-parallel draft; ``block_size`` must equal ``max_draft_len``. Unset ``target_layer_ids``,
+    ``mask_token_id``, ``block_size`` and ``markov_rank`` are read from the draft's config.json, where the
+    version reads them (engine fact ``dspark_reads``)."""
 
     decoding_type: Literal["DSpark"] = "DSpark"
     target_layer_ids: Optional[list[int]] = None
     mask_token_id: Optional[int] = None
     block_size: Optional[PositiveInt] = None
+    markov_rank: Optional[NonNegativeInt] = None
 
     @model_validator(mode="after")
     def _check(self):
         if self.speculative_model is None:
             raise ValueError("speculative_model must be specified for DSpark")
         if self.block_size is not None and self.block_size != self.max_draft_len:
-            raise ValueError(f"DSpark block_size ({self.block_size}) should equal max_draft_len ({self.max_draft_len})")
+            raise ValueError(f"DSpark block_size ({self.block_size}) must equal max_draft_len ({self.max_draft_len})")
         return self._linear("DSpark")
 
 
@@ -310,17 +321,19 @@ def graph_batch_sizes(max_batch_size: int, schedule: Optional[dict[int, int]]) -
     return sorted(sizes)
 
 
-def check_version(version: str) -> str:
+def check_trtllm_version(version: str) -> str:
     """Return ``version`` if encoded here, else raise naming ``--trtllm-version`` and the known ones."""
-    if version not in TRTLLM_VERSIONS:
-        raise ValueError(f"--trtllm-version {version!r} is not encoded; known: {sorted(TRTLLM_VERSIONS)}")
-    return version
+    return check_version("trtllm", version)
+
+
+def validate_llm_api(data: dict, version: str = DEFAULT_TRTLLM_VERSION) -> LlmApiConfig:
+    """Validate an ``llm_api.yaml`` mapping against the fields and rules of TensorRT-LLM ``version``."""
+    return LlmApiConfig.model_validate(data, context={"trtllm": engine_version("trtllm", version)})
 
 
 def validate_llm_api_yaml(path: Path | str, version: str = DEFAULT_TRTLLM_VERSION) -> LlmApiConfig:
     """Load an emitted ``llm_api.yaml`` and validate it against the models of ``version``."""
     import yaml
 
-    check_version(version)
-    data = yaml.safe_load(Path(path).read_text())
-    return LlmApiConfig.model_validate(data)
+    check_trtllm_version(version)
+    return validate_llm_api(yaml.safe_load(Path(path).read_text()), version)

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from trtspec.builder.draft_config import (BlockDraftConfig, DraftConfigError, DrafterFacts, read_block_draft,
+                                          spellings)
+from trtspec.builder.engine_facts import engine_version
 from trtspec.builder.options import DRAFTERS_WITH_DRAFT, BuildOptions
 
 #: in-feature multiple each format needs (block / group size of its weight quantizer).
@@ -67,6 +70,20 @@ class ValidatedInputs:
     notes: list[str] = field(default_factory=list)
     draft_layer_ids: Optional[list[int]] = None  # eagle3 capture layers / dflash, dspark target_layer_ids
     max_seq_len: int = 4096  # --max-seq-len, or min(4096, the target's max_position_embeddings)
+    block_draft: Optional[BlockDraftConfig] = None  # dflash / dspark settings and where config.json states them
+    mtp_layers: Optional[int] = None  # the MTP target's num_nextn_predict_layers
+
+    @property
+    def drafter_facts(self) -> DrafterFacts:
+        """What the config emitters need to know about the draft beyond the recipe."""
+        return DrafterFacts(layer_ids=self.draft_layer_ids, block=self.block_draft, mtp_layers=self.mtp_layers)
+
+    @property
+    def fixed_draft_len(self) -> Optional[int]:
+        """The only D the drafter can run (a DSpark draft drafts exactly its trained block), else None."""
+        if self.block_draft is not None and self.block_draft.drafter == "dspark":
+            return self.block_draft.block_size
+        return None
 
 
 def read_safetensors_header(path: Path) -> dict:
@@ -217,7 +234,7 @@ def _check_d2t(draft: Checkpoint, draft_vocab: int, target_vocab: int) -> None:
                               "or onto the same target id twice")
 
 
-def _check_mtp(target: Checkpoint) -> None:
+def _check_mtp(target: Checkpoint) -> int:
     n = target.config.get("num_nextn_predict_layers") or target.config.get("mtp_num_hidden_layers") or 0
     layers = target.num_layers or 0
     has_weights = any(k.startswith(("mtp.", f"model.layers.{layers}.")) for k in target.tensors)
@@ -225,16 +242,30 @@ def _check_mtp(target: Checkpoint) -> None:
         raise BuildInputError(f"--target {target.path}: no MTP layers (config num_nextn_predict_layers={n}, "
                               f"MTP weights {'present' if has_weights else 'absent'}); --drafter mtp needs a target "
                               "trained with multi-token-prediction layers")
+    return int(n)
 
 
-def _check_block_draft(target: Checkpoint, draft: Checkpoint, drafter: str) -> list[int]:
-    cfg = draft.config
-    sub = cfg.get(f"{drafter}_config") or {}
-    ids = sub.get("target_layer_ids", cfg.get(f"{drafter}_target_layer_ids", cfg.get("target_layer_ids")))
+def _check_block_draft(target: Checkpoint, draft: Checkpoint, drafter: str,
+                       trtllm_version: Optional[str] = None) -> tuple[list[int], BlockDraftConfig]:
+    """Read a DFlash / DSpark draft's settings where TensorRT-LLM reads them; refuse a config.json that states one
+    setting twice with different values, and (DSpark) one without target layers or block size."""
+    try:
+        block = read_block_draft(draft.config, drafter, engine_version("trtllm", trtllm_version))
+    except DraftConfigError as e:
+        raise BuildInputError(f"--draft {draft.path}: {e}") from None
+    ids = block.target_layer_ids
     if ids is None:
         raise BuildInputError(f"--draft {draft.path}: {drafter} draft config has no target_layer_ids "
-                              f"({drafter}_config.target_layer_ids)")
-    return _layer_ids(ids, target, f"{drafter} target_layer_ids")
+                              f"({' / '.join(spellings(drafter)['target_layer_ids'])})")
+    if drafter == "dspark":
+        size = block.block_size
+        if size is None:
+            raise BuildInputError(f"--draft {draft.path}: dspark draft config states no block size "
+                                  f"({' / '.join(spellings(drafter)['block_size'])}); a DSpark draft drafts exactly "
+                                  "the block it was trained for, so D cannot be chosen without it")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise BuildInputError(f"--draft {draft.path}: dspark block size must be a positive integer, got {size!r}")
+    return _layer_ids(ids, target, f"{drafter} target_layer_ids"), block
 
 
 def linear_in_features(ckpt: Checkpoint) -> dict[str, int]:
@@ -308,9 +339,9 @@ def validate(opts: BuildOptions) -> ValidatedInputs:
     elif opts.drafter == "eagle3":
         vi.draft_layer_ids = _check_eagle3(target, draft)
     elif opts.drafter in ("dflash", "dspark"):
-        vi.draft_layer_ids = _check_block_draft(target, draft, opts.drafter)
+        vi.draft_layer_ids, vi.block_draft = _check_block_draft(target, draft, opts.drafter, opts.trtllm_version)
     elif opts.drafter == "mtp":
-        _check_mtp(target)
+        vi.mtp_layers = _check_mtp(target)
         if opts.quant != "none" or opts.kv_cache_quant != "none":
             raise BuildInputError(f"--quant {opts.quant} / --kv-cache-quant {opts.kv_cache_quant} with --drafter mtp: "
                                   "quantizing through Hugging Face transformers drops the MTP layers (they are not "

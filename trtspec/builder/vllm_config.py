@@ -1,28 +1,41 @@
 """Typed model of the ``vllm.yaml`` that ``trtspec build`` emits (``vllm serve MODEL --config vllm.yaml``).
 
-Only the documented fields trtspec writes are modelled (vLLM ``vllm/config/speculative.py``):
-``speculative_config.method`` (``draft_model``, ``eagle3``, ``mtp``, ``ngram``, ``dflash``,
-``suffix``), ``num_speculative_tokens`` (K, the largest draft length), ``model`` (draft
-checkpoint, not for ``ngram``/``suffix``/``mtp``), ``prompt_lookup_max``/``prompt_lookup_min``
-(``ngram``) and ``num_speculative_tokens_per_batch_size``: a list of ``[lo, hi, k]`` batch ranges
-(inclusive, contiguous from 1, ``k <= num_speculative_tokens``). Batches above the last ``hi``
-run without speculation, the same semantics as TensorRT-LLM's ``draft_len_schedule``.
+Only the fields trtspec writes are modelled, and only those the targeted vLLM version defines: the facts file of
+each encoded version (``trtspec/builder/engines/vllm-<version>.yaml``) cites, for every key, the engine source that
+defines it (``vllm/engine/arg_utils.py`` for the top-level keys, ``vllm/config/speculative.py`` for
+``speculative_config``). Validate with the version's facts in the pydantic context (:func:`validate_vllm`);
+without one the default version's facts apply.
+
+``speculative_config``: ``method`` (the version's methods), ``num_speculative_tokens`` (K, the largest draft
+length), ``model`` (the draft, for the methods that need one), ``prompt_lookup_max``/``prompt_lookup_min``
+(``ngram``), ``num_speculative_tokens_per_batch_size`` (where the version has it: a list of inclusive
+``[lo, hi, k]`` batch ranges, contiguous from 1, ``k <= num_speculative_tokens``; vLLM keeps the last ``k`` for
+batches above the last range, so trtspec covers 1..max_num_seqs and writes zeros explicitly) and
+``rejection_sample_method`` (``standard`` | ``synthetic`` | ``block``, where the version has it).
 """
 from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationInfo, model_validator)
 
-#: trtspec drafter -> vLLM speculative method (drafters missing here have no vLLM equivalent).
-VLLM_METHODS: dict[str, str] = {
-    "draft_model": "draft_model",
-    "eagle3": "eagle3",
-    "mtp": "mtp",
-    "ngram": "ngram",
-    "dflash": "dflash",
-    "sa": "suffix",
-}
+from trtspec.builder.engine_facts import DEFAULT_VERSION, VERSIONS, EngineVersion, engine_version
+
+#: Versions of vLLM whose ``vllm.yaml`` keys are encoded (facts under trtspec/builder/engines/).
+VLLM_VERSIONS: tuple[str, ...] = VERSIONS["vllm"]
+#: The version ``--vllm-version`` defaults to.
+DEFAULT_VLLM_VERSION = DEFAULT_VERSION["vllm"]
+
+
+def facts_of(info: Optional[ValidationInfo]) -> EngineVersion:
+    """The vLLM facts in the validation context (``{"vllm": EngineVersion}``), else the default version's."""
+    ctx = getattr(info, "context", None) or {}
+    return ctx.get("vllm") or engine_version("vllm")
+
+
+def vllm_method(drafter: str, version: str = DEFAULT_VLLM_VERSION) -> Optional[str]:
+    """The vLLM speculative method of a trtspec drafter on ``version``, or None when it has none."""
+    return engine_version("vllm", version)["methods"].get(drafter)
 
 
 class _Strict(BaseModel):
@@ -32,16 +45,21 @@ class _Strict(BaseModel):
 class VllmSpeculativeConfig(_Strict):
     """``speculative_config`` block."""
 
-    method: Literal["draft_model", "eagle3", "mtp", "ngram", "dflash", "suffix"]
+    method: Literal["draft_model", "eagle3", "mtp", "ngram", "dflash", "dspark", "suffix"]
     num_speculative_tokens: PositiveInt
     model: Optional[str] = Field(default=None, description="Draft checkpoint directory (relative to the bundle).")
     prompt_lookup_max: Optional[PositiveInt] = None
     prompt_lookup_min: Optional[PositiveInt] = None
     num_speculative_tokens_per_batch_size: Optional[list[tuple[PositiveInt, PositiveInt, NonNegativeInt]]] = None
+    rejection_sample_method: Optional[Literal["standard", "synthetic", "block"]] = None
 
     @model_validator(mode="after")
-    def _check(self):
-        needs_model = self.method in ("draft_model", "eagle3", "dflash")
+    def _check(self, info: ValidationInfo):
+        facts = facts_of(info)
+        if self.method not in facts["methods"].values():
+            raise ValueError(f"speculative_config.method {self.method!r} does not exist in {facts.label} "
+                             f"(methods: {sorted(set(facts['methods'].values()))})")
+        needs_model = self.method in facts["methods_with_model"]
         if needs_model and not self.model:
             raise ValueError(f"speculative_config.model is required for method {self.method}")
         if not needs_model and self.method != "mtp" and self.model is not None:
@@ -51,22 +69,32 @@ class VllmSpeculativeConfig(_Strict):
         if self.prompt_lookup_min is not None and self.prompt_lookup_max is not None \
                 and self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError("prompt_lookup_min must be <= prompt_lookup_max")
+        if self.rejection_sample_method is not None \
+                and self.rejection_sample_method not in facts["rejection_sample_methods"]:
+            raise ValueError(f"speculative_config.rejection_sample_method {self.rejection_sample_method!r} does not "
+                             f"exist in {facts.label} (has: {facts['rejection_sample_methods']})")
         ranges = self.num_speculative_tokens_per_batch_size
         if ranges is not None:
-            if not ranges:
-                raise ValueError("num_speculative_tokens_per_batch_size must not be empty (omit it instead)")
-            expect_lo = 1
-            for lo, hi, k in ranges:
-                if lo != expect_lo or hi < lo:
-                    raise ValueError(f"num_speculative_tokens_per_batch_size ranges must be contiguous from 1; "
-                                     f"got {ranges}")
-                if k > self.num_speculative_tokens:
-                    raise ValueError(f"num_speculative_tokens_per_batch_size: k={k} exceeds "
-                                     f"num_speculative_tokens={self.num_speculative_tokens}")
-                expect_lo = hi + 1
-            if ranges[0][2] != self.num_speculative_tokens:
-                raise ValueError("the first batch range must use num_speculative_tokens")
+            if facts["per_batch_field"] != "num_speculative_tokens_per_batch_size":
+                raise ValueError(f"speculative_config.num_speculative_tokens_per_batch_size does not exist in "
+                                 f"{facts.label} (no per-batch draft length)")
+            self._check_ranges(ranges)
         return self
+
+    def _check_ranges(self, ranges) -> None:
+        if not ranges:
+            raise ValueError("num_speculative_tokens_per_batch_size must not be empty (omit it instead)")
+        expect_lo = 1
+        for lo, hi, k in ranges:
+            if lo != expect_lo or hi < lo:
+                raise ValueError(f"num_speculative_tokens_per_batch_size ranges must be contiguous from 1; "
+                                 f"got {ranges}")
+            if k > self.num_speculative_tokens:
+                raise ValueError(f"num_speculative_tokens_per_batch_size: k={k} exceeds "
+                                 f"num_speculative_tokens={self.num_speculative_tokens}")
+            expect_lo = hi + 1
+        if ranges[0][2] != self.num_speculative_tokens:
+            raise ValueError("the first batch range must use num_speculative_tokens")
 
 
 class VllmConfig(_Strict):
@@ -78,6 +106,21 @@ class VllmConfig(_Strict):
     max_model_len: PositiveInt
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     speculative_config: Optional[VllmSpeculativeConfig] = None
+
+
+def validate_vllm(data: dict, version: str = DEFAULT_VLLM_VERSION) -> VllmConfig:
+    """Validate a ``vllm.yaml`` mapping against the keys and rules of vLLM ``version``."""
+    return VllmConfig.model_validate(data, context={"vllm": engine_version("vllm", version)})
+
+
+def dotted_keys(data: dict, prefix: str = "") -> list[str]:
+    """``{"a": 1, "b": {"c": 2}}`` -> ``["a", "b", "b.c"]`` (the keys a facts file must cite)."""
+    out = []
+    for k, v in data.items():
+        out.append(prefix + k)
+        if isinstance(v, dict):
+            out += dotted_keys(v, prefix + k + ".")
+    return out
 
 
 def schedule_to_ranges(schedule: dict[int, int]) -> list[tuple[int, int, int]]:

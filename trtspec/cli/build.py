@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 
 import click
 
-from trtspec.builder.options import BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, VERIFY_METHODS, BuildOptions, help_of
+from trtspec.builder.options import (BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, VERIFICATIONS, VERIFY_METHODS, BuildOptions,
+                                     help_of)
 from trtspec.builder.trtllm_config import TRTLLM_VERSIONS
+from trtspec.builder.vllm_config import VLLM_VERSIONS
 
 _D = BuildOptions.model_fields
 
@@ -35,8 +36,15 @@ def _default(name):
 @click.option("--max-seq-len", type=int, default=_default("max_seq_len"), help=help_of("max_seq_len"))
 @click.option("--recipe", default=_default("recipe"), help=help_of("recipe"))
 @click.option("--acceptance", default=None, help=help_of("acceptance"))
+@click.option("--measure-prompts", type=int, default=None, help=help_of("measure_prompts"))
+@click.option("--measure-new-tokens", type=int, default=_default("measure_new_tokens"),
+              help=help_of("measure_new_tokens"))
 @click.option("--trtllm-version", type=click.Choice(sorted(TRTLLM_VERSIONS)), default=_default("trtllm_version"),
               help=help_of("trtllm_version"))
+@click.option("--vllm-version", type=click.Choice(VLLM_VERSIONS), default=_default("vllm_version"),
+              help=help_of("vllm_version"))
+@click.option("--verification", type=click.Choice(VERIFICATIONS), default=_default("verification"),
+              help=help_of("verification"))
 @click.option("--backend", type=click.Choice(BACKENDS), default=_default("backend"), help=help_of("backend"))
 @click.option("--verify", type=click.Choice(VERIFY_METHODS), default=_default("verify"), help=help_of("verify"))
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=_default("device"), help=help_of("device"))
@@ -48,14 +56,15 @@ def _default(name):
               "(needs TensorRT-LLM and a GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (plan or manifest) as JSON on stdout.")
 def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, calib_samples, calib_seq_len, gpu, tp,
-          max_batch_size, max_seq_len, recipe, acceptance, trtllm_version, backend, verify, device, out, cache_dir, no_cache,
-          dry_run, smoke_test, as_json):
+          max_batch_size, max_seq_len, recipe, acceptance, measure_prompts, measure_new_tokens, trtllm_version,
+          vllm_version, verification, backend, verify, device, out, cache_dir, no_cache, dry_run, smoke_test, as_json):
     """Validate the pair, resolve the recipe, quantize with Model-Optimizer, export unified HF
     checkpoints and write llm_api.yaml / vllm.yaml / sglang.args / recipe.yaml / manifest.json /
     README.md into --out, atomically. With no arguments: the demo pair for an H200."""
     from pydantic import ValidationError
     from rich.console import Console
 
+    from trtspec.builder.interrupt import exit_code
     from trtspec.builder.pipeline import BuildError, build as run_build
     from trtspec.builder.validate import BuildInputError
 
@@ -63,8 +72,10 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
     fields = dict(target=target, draft=draft, drafter=drafter, quant=quant, draft_quant=draft_quant,
                   kv_cache_quant=kv_cache_quant, calib=calib, calib_samples=calib_samples,
                   calib_seq_len=calib_seq_len, gpu=gpu, tp=tp, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
-                  recipe=recipe, acceptance=acceptance, trtllm_version=trtllm_version, backend=backend, verify=verify,
-                  device=device, out=out,
+                  recipe=recipe, acceptance=acceptance, measure_prompts=measure_prompts,
+                  measure_new_tokens=measure_new_tokens, trtllm_version=trtllm_version, vllm_version=vllm_version,
+                  verification=verification, backend=backend, verify=verify, device=device,
+                  out=out,
                   use_cache=not no_cache)
     if cache_dir is not None:
         fields["cache_dir"] = cache_dir
@@ -73,22 +84,16 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
     except ValidationError as e:
         raise click.UsageError("; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
 
-    def _term(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up the temporary bundle
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, _term)
-    try:
+    try:  # SIGINT / SIGTERM: the build removes its temporary bundle and raises BuildInterrupted
         result = run_build(opts, dry_run=dry_run, console=console)
     except (BuildInputError, ValueError) as e:
         raise click.UsageError(str(e)) from None
     except BuildError as e:
         console.print(f"[red]✗ {e}[/red]\nNothing was written to {out}.", highlight=False)
         sys.exit(1)
-    except KeyboardInterrupt:
-        console.print(f"[red]✗ interrupted[/red]: nothing was written to {out}.", highlight=False)
-        sys.exit(130)
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    except KeyboardInterrupt as e:
+        console.print(f"[red]✗ {e or 'interrupted'}[/red]: nothing was written to {out}.", highlight=False)
+        sys.exit(exit_code(e))
     if dry_run:
         if as_json:
             click.echo(json.dumps(result.plan, indent=2, default=str))

@@ -81,7 +81,7 @@ def save_plot(plan_obj, recipe, path):
                                                "lets the planner choose per batch (guideline 5).")
 @click.option("--draft-model", default=None, help="Draft model (name|dir) for --drafter draft_model.")
 @click.option("--draft-quant", default=None, help="Quantization of the drafter's weights (default: --quant).")
-@click.option("--acceptance", multiple=True, help="FILE | prior:NAME | rates=0.8,0.7,... | al=A@D, for all drafters "
+@click.option("--acceptance", multiple=True, help="FILE | prior:NAME | rates=a1,... | curve=AL1,AL2,... | al=A@D, for all drafters "
               "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter; "
               "none -> error).")
 @click.option("--category", default=None, help="Use the acceptance profile's per-category rates (e.g. coding, math).")
