@@ -26,8 +26,10 @@ OPSET = 18
 """ONNX opset of the exported graphs."""
 FORMAT = "trtspec.onnx_bundle/v2"
 DRAFTERS = ("draft_model", "eagle3")
-VERIFY = ("greedy",)
-"""Verification modes the target graph can end in."""
+VERIFY = ("greedy", "sample", "block")
+"""Verification modes the target graph can end in (TrtSpecVerifyGreedy / TrtSpecVerifySample / TrtSpecVerifyBlock)."""
+SAMPLED_INPUTS = ("draft_probs", "draft_lens", "seed", "offset", "temperature", "top_k", "top_p")
+"""The sampled target graph's inputs after the greedy one's (see :class:`trtspec.onnx.graphs.SampledVerifyStep`)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,9 @@ class ExportSpec:
     drafter: draft_model (``draft_step.onnx``) or eagle3 (``eagle3_step.onnx``; the target graph
     then also outputs ``aux_hidden``, the outputs of ``aux_layer_ids``).
     draft_*: the draft model's, or the EAGLE-3 head's, KV layout (1 layer) and hidden size.
+    sort_width: sample/block graphs: candidates of the in-graph top-k / top-p (``top_k`` must not
+    exceed it; see :mod:`trtspec.onnx.sampling_graph`); 0 for greedy graphs.
+    context: the target's max_position_embeddings.
     """
 
     max_nodes: int
@@ -55,6 +60,8 @@ class ExportSpec:
     drafter: str = "draft_model"
     aux_layer_ids: tuple[int, ...] = field(default=())
     draft_vocab_size: int = 0
+    sort_width: int = 0
+    context: int = 0
     quant: str = "none"
     opset: int = OPSET
     format: str = FORMAT
@@ -69,6 +76,12 @@ class ExportSpec:
             raise ExportError(f"quant must be one of {QUANT_FORMATS}, got {self.quant!r}")
         if (self.drafter == "eagle3") != bool(self.aux_layer_ids):
             raise ExportError("aux_layer_ids are given exactly when drafter is eagle3")
+        if self.drafter == "eagle3" and self.verify != "greedy":
+            raise ExportError(f"EAGLE-3 step graphs export with --verify greedy (got {self.verify!r}): the head's "
+                              "sampled drafting is not part of its exported graph")
+        if (self.verify == "greedy") != (self.sort_width == 0):
+            raise ExportError(f"sort_width is set exactly for sampled graphs (verify={self.verify!r}, "
+                              f"sort_width={self.sort_width})")
 
     @property
     def draft_graph(self) -> str:
@@ -143,8 +156,12 @@ def _spec(target, draft, drafter, **kw) -> ExportSpec:
     extra = {}
     if drafter == "eagle3":
         extra = {"aux_layer_ids": tuple(draft.config.aux_layer_ids), "draft_vocab_size": draft.config.draft_vocab_size}
+    if kw.get("verify", "greedy") != "greedy":
+        from trtspec.onnx.sampling_graph import sort_width
+
+        extra["sort_width"] = sort_width(tc.vocab_size)
     return ExportSpec(num_layers=tc.num_hidden_layers, kv_heads=tc.num_key_value_heads, head_dim=tc.head_dim,
-                      hidden_size=tc.hidden_size, vocab_size=tc.vocab_size,
+                      hidden_size=tc.hidden_size, vocab_size=tc.vocab_size, context=tc.max_position_embeddings,
                       draft_num_layers=1 if drafter == "eagle3" else dc.num_hidden_layers,
                       draft_kv_heads=dc.num_key_value_heads, draft_head_dim=dc.head_dim,
                       draft_hidden_size=dc.hidden_size, drafter=drafter, **extra, **kw)
@@ -153,7 +170,7 @@ def _spec(target, draft, drafter, **kw) -> ExportSpec:
 def _write_graphs(target, draft, spec: ExportSpec, out: Path) -> None:
     import torch
 
-    from trtspec.onnx.graphs import DraftStep, Eagle3DraftStep, TargetVerifyStep
+    from trtspec.onnx.graphs import DraftStep, Eagle3DraftStep, SampledDraftStep, SampledVerifyStep, TargetVerifyStep
 
     B, N, P, T = 2, 5, 3, 4                      # example sizes; all four axes are exported dynamic
     s = spec
@@ -161,15 +178,31 @@ def _write_graphs(target, draft, spec: ExportSpec, out: Path) -> None:
     # past_v is always a separate tensor: torch.export treats one tensor passed twice as one input
     kv = torch.zeros(s.num_layers, B, s.kv_heads, P, s.head_dim)
     aux = ["aux_hidden"] if s.aux_layer_ids else []
-    _export(TargetVerifyStep(target, s.aux_layer_ids),
-            (torch.zeros(B, N, dtype=torch.int64), chain, torch.full((B,), P, dtype=torch.int64), kv, kv.clone()),
-            out / "target_verify.onnx", ["tokens", "parents", "cache_lens", "past_k", "past_v"],
-            ["accepted_len", "accepted_nodes", "bonus_token", "new_k", "new_v", *aux],
-            {"tokens": {0: "B", 1: "N"}, "parents": {0: "B", 1: "N"}, "cache_lens": {0: "B"},
-             "past_k": {1: "B", 3: "P"}, "past_v": {1: "B", 3: "P"}})
+    args = (torch.zeros(B, N, dtype=torch.int64), chain, torch.full((B,), P, dtype=torch.int64), kv, kv.clone())
+    names = ["tokens", "parents", "cache_lens", "past_k", "past_v"]
+    axes = {"tokens": {0: "B", 1: "N"}, "parents": {0: "B", 1: "N"}, "cache_lens": {0: "B"},
+            "past_k": {1: "B", 3: "P"}, "past_v": {1: "B", 3: "P"}}
+    transform = (torch.ones(B), torch.zeros(B, dtype=torch.int64), torch.ones(B))   # temperature, top_k, top_p
+    if s.verify == "greedy":
+        module = TargetVerifyStep(target, s.aux_layer_ids)
+    else:
+        module = SampledVerifyStep(target, s.aux_layer_ids, verify=s.verify, width=s.sort_width)
+        args += (torch.full((B, N - 1, s.vocab_size), 1.0 / s.vocab_size), torch.full((B,), N - 1, dtype=torch.int32),
+                 torch.zeros(B, dtype=torch.int64), torch.zeros(B, dtype=torch.int64), *transform)
+        names += list(SAMPLED_INPUTS)
+        axes.update({"draft_probs": {0: "B", 1: "D"}, **{n: {0: "B"} for n in SAMPLED_INPUTS[1:]}})
+    _export(module, args, out / "target_verify.onnx", names,
+            ["accepted_len", "accepted_nodes", "bonus_token", "new_k", "new_v", *aux], axes)
     dkv = torch.zeros(s.draft_num_layers, B, s.draft_kv_heads, P, s.draft_head_dim)
     toks, lens = torch.zeros(B, T, dtype=torch.int64), torch.full((B,), P, dtype=torch.int64)
     kv_axes = {"past_k": {1: "B", 3: "P"}, "past_v": {1: "B", 3: "P"}}
+    if s.verify != "greedy":                     # the draft model's next-token distribution, in the graph
+        _export(SampledDraftStep(draft, s.sort_width), (toks, lens, dkv, dkv.clone(), *transform), out / s.draft_graph,
+                ["tokens", "cache_lens", "past_k", "past_v", "temperature", "top_k", "top_p"],
+                ["logits", "probs", "new_k", "new_v"],
+                {"tokens": {0: "B", 1: "T"}, "cache_lens": {0: "B"}, **kv_axes,
+                 **{n: {0: "B"} for n in ("temperature", "top_k", "top_p")}})
+        return
     if s.drafter == "eagle3":
         k_e = len(s.aux_layer_ids) * s.hidden_size
         _export(Eagle3DraftStep(draft, target),
@@ -205,6 +238,9 @@ def export_step_graphs(target_dir: str | Path, draft_dir: str | Path, out_dir: s
         raise ExportError(f"quant must be one of {QUANT_FORMATS}, got {quant!r}")
     if drafter not in DRAFTERS:
         raise ExportError(f"drafter must be one of {DRAFTERS}, got {drafter!r}")
+    if drafter == "eagle3" and verify != "greedy":
+        raise ExportError(f"EAGLE-3 step graphs export with --verify greedy (got {verify!r}): the head's sampled "
+                          "drafting is not part of its exported graph")
     check_tree_size(max_nodes, verify)
     target, draft = _load_pair(target_dir, draft_dir, drafter)
     spec = _spec(target, draft, drafter, max_nodes=max_nodes, verify=verify, quant=quant)

@@ -14,7 +14,6 @@ import functools
 import torch
 
 NAMESPACE = "trtspec"
-PLUGIN_VERSION = "1"
 #: Q/DQ kinds of :func:`fake_quant` -> (bound of the quantized integer / float range).
 QDQ_BOUNDS = {"int8": 127.0, "fp8": 448.0, "int4": 7.0}
 
@@ -51,6 +50,41 @@ def _(tokens, parents, target_logits):
             tokens.new_empty((B,), dtype=torch.int64))
 
 
+@torch.library.custom_op("trtspec_export::verify_sample", mutates_args=())
+def verify_sample(draft_tokens: torch.Tensor, parents: torch.Tensor, target_probs: torch.Tensor,
+                  draft_probs: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, draft_lens: torch.Tensor,
+                  siblings_without_replacement: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """As :func:`trtspec.ops.verify_sample` with ``max_depth = D`` (the node's ``-1``): accepted_len int32
+    ``[B]``, accepted_nodes int32 ``[B, D + 1]``, bonus_token int64 ``[B]``."""
+    from trtspec import ops
+
+    return ops.verify_sample(draft_tokens.contiguous(), parents.contiguous(), target_probs.contiguous(),
+                             draft_probs.contiguous(), seed, offset, bool(siblings_without_replacement), draft_lens)
+
+
+@verify_sample.register_fake
+def _(draft_tokens, parents, target_probs, draft_probs, seed, offset, draft_lens, siblings_without_replacement):
+    B, N = parents.shape
+    return (parents.new_empty((B,), dtype=torch.int32), parents.new_empty((B, N), dtype=torch.int32),
+            parents.new_empty((B,), dtype=torch.int64))
+
+
+@torch.library.custom_op("trtspec_export::verify_block", mutates_args=())
+def verify_block(draft_tokens: torch.Tensor, target_probs: torch.Tensor, draft_probs: torch.Tensor,
+                 seed: torch.Tensor, offset: torch.Tensor, draft_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`trtspec.ops.verify_block`: accepted_len int32 ``[B]``, bonus_token int64 ``[B]``."""
+    from trtspec import ops
+
+    return ops.verify_block(draft_tokens.contiguous(), target_probs.contiguous(), draft_probs.contiguous(),
+                            seed, offset, draft_lens)
+
+
+@verify_block.register_fake
+def _(draft_tokens, target_probs, draft_probs, seed, offset, draft_lens):
+    B = target_probs.shape[0]
+    return target_probs.new_empty((B,), dtype=torch.int32), target_probs.new_empty((B,), dtype=torch.int64)
+
+
 @torch.library.custom_op("trtspec_export::fake_quant", mutates_args=())
 def fake_quant(x: torch.Tensor, scale: torch.Tensor, kind: str, axis: int, block_size: int) -> torch.Tensor:
     """``dequantize(quantize(x, scale), scale)`` as the Q/DQ nodes of ``kind`` compute it.
@@ -76,8 +110,16 @@ def _(x, scale, kind, axis, block_size):
     return torch.empty_like(x)
 
 
-def _plugin_attrs() -> dict:
-    return {"plugin_version": PLUGIN_VERSION, "plugin_namespace": NAMESPACE}
+@functools.cache
+def plugin_version(name: str) -> str:
+    """The plugin's current version, from its interface YAML (what TensorRT's ONNX parser asks the registry for)."""
+    from trtspec.onnx_schemas import load_plugin_specs
+
+    return load_plugin_specs()[name].version
+
+
+def _plugin_attrs(name: str) -> dict:
+    return {"plugin_version": plugin_version(name), "plugin_namespace": NAMESPACE}
 
 
 @functools.cache
@@ -90,10 +132,21 @@ def translation_table() -> dict:
     ts, trt = Opset(NAMESPACE, 1), Opset("trt", 1)
 
     def t_tree_mask(parents):
-        return ts.TrtSpecTreeMask(parents, _outputs=2, **_plugin_attrs())
+        return ts.TrtSpecTreeMask(parents, _outputs=2, **_plugin_attrs("TrtSpecTreeMask"))
 
     def t_verify_greedy(tokens, parents, target_logits):
-        return ts.TrtSpecVerifyGreedy(tokens, parents, target_logits, _outputs=3, **_plugin_attrs())
+        return ts.TrtSpecVerifyGreedy(tokens, parents, target_logits, _outputs=3, **_plugin_attrs("TrtSpecVerifyGreedy"))
+
+    # every input and attribute explicit: onnxruntime-extensions ops have a fixed arity and no defaults
+    def t_verify_sample(draft_tokens, parents, target_probs, draft_probs, seed, offset, draft_lens,
+                        siblings_without_replacement: int):
+        return ts.TrtSpecVerifySample(draft_tokens, parents, target_probs, draft_probs, seed, offset, draft_lens,
+                                      max_depth=-1, siblings_without_replacement=siblings_without_replacement,
+                                      _outputs=3, **_plugin_attrs("TrtSpecVerifySample"))
+
+    def t_verify_block(draft_tokens, target_probs, draft_probs, seed, offset, draft_lens):
+        return ts.TrtSpecVerifyBlock(draft_tokens, target_probs, draft_probs, seed, offset, draft_lens, _outputs=2,
+                                     **_plugin_attrs("TrtSpecVerifyBlock"))
 
     def t_fake_quant(x, scale, kind: str, axis: int, block_size: int):
         if kind == "int8":
@@ -106,4 +159,6 @@ def translation_table() -> dict:
 
     return {torch.ops.trtspec_export.tree_mask.default: t_tree_mask,
             torch.ops.trtspec_export.verify_greedy.default: t_verify_greedy,
+            torch.ops.trtspec_export.verify_sample.default: t_verify_sample,
+            torch.ops.trtspec_export.verify_block.default: t_verify_block,
             torch.ops.trtspec_export.fake_quant.default: t_fake_quant}

@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trtspec.onnx.export_ops import tree_mask, verify_greedy
+from trtspec.onnx.export_ops import tree_mask, verify_block, verify_greedy, verify_sample
+from trtspec.onnx.sampling_graph import sampling_probs, sort_width
 from trtspec.runtime.models import Eagle3Head, Transformer, apply_rope, rms_norm, rope_cos_sin
 
 
@@ -109,7 +110,7 @@ def chain_attend(cache_lens: torch.Tensor, T: int, past_slots: int) -> torch.Ten
 
 
 class TargetVerifyStep(nn.Module):
-    """Target verification over a draft tree (see the module docstring).
+    """Target verification over a draft tree (see the module docstring), ending in TrtSpecVerifyGreedy.
 
     Inputs: tokens int64 ``[B, N]``, parents int32 ``[B, N]``, cache_lens int64 ``[B]``,
     past_k/past_v float32 ``[L, B, Hkv, P, d]``.
@@ -122,7 +123,8 @@ class TargetVerifyStep(nn.Module):
         super().__init__()
         self.model, self.capture = model, tuple(capture)
 
-    def forward(self, tokens, parents, cache_lens, past_k, past_v):
+    def score(self, tokens, parents, cache_lens, past_k, past_v):
+        """-> target logits float32 ``[B, N, V]``, new_k, new_v, aux (or None)."""
         N = tokens.shape[1]
         node = torch.arange(N)
         packed, depth = tree_mask(parents)
@@ -131,11 +133,46 @@ class TargetVerifyStep(nn.Module):
         tree = unpack_mask(packed, N) | (node[:, None] == node[None, :])[None]   # a node always sees itself
         attend = torch.cat((past.expand(-1, N, -1), tree), dim=-1)    # [B, N, P+N]
         hidden, new_k, new_v, aux = decode(self.model, tokens, positions, past_k, past_v, attend, self.capture)
-        logits = self.model.lm_head(hidden).float()
-        accepted_len, accepted_nodes, bonus = verify_greedy(tokens, parents, logits)
-        if self.capture:
-            return accepted_len, accepted_nodes, bonus, new_k, new_v, aux.float()
-        return accepted_len, accepted_nodes, bonus, new_k, new_v
+        return self.model.lm_head(hidden).float(), new_k, new_v, aux
+
+    def outputs(self, verdict, new_k, new_v, aux):
+        return (*verdict, new_k, new_v, aux.float()) if self.capture else (*verdict, new_k, new_v)
+
+    def forward(self, tokens, parents, cache_lens, past_k, past_v):
+        logits, new_k, new_v, aux = self.score(tokens, parents, cache_lens, past_k, past_v)
+        return self.outputs(verify_greedy(tokens, parents, logits), new_k, new_v, aux)
+
+
+class SampledVerifyStep(TargetVerifyStep):
+    """Target verification by rejection sampling: the target's probabilities are computed in the graph
+    (:func:`trtspec.onnx.sampling_graph.sampling_probs`), then ``TrtSpecVerifySample`` (trees) or
+    ``TrtSpecVerifyBlock`` (chains: ``accepted_nodes`` is then ``0..accepted_len``).
+
+    Extra inputs: draft_probs float32 ``[B, N-1, V]`` (row j: the distribution draft j = node j+1 was drawn
+    from), draft_lens int32 ``[B]`` (drafts used per request; later nodes are padding), seed and offset
+    int64 ``[B]`` (each request's random stream), temperature float32, top_k int64, top_p float32 ``[B]``.
+    Outputs as :class:`TargetVerifyStep`.
+    """
+
+    def __init__(self, model: Transformer, capture: tuple[int, ...] = (), *, verify: str = "sample",
+                 width: int = 0, siblings_without_replacement: bool = False):
+        super().__init__(model, capture)
+        if verify not in ("sample", "block"):
+            raise ValueError(f"verify must be 'sample' or 'block', got {verify!r}")
+        self.verify, self.width, self.swr = verify, width or sort_width(model.config.vocab_size), int(siblings_without_replacement)
+
+    def forward(self, tokens, parents, cache_lens, past_k, past_v, draft_probs, draft_lens, seed, offset,
+                temperature, top_k, top_p):
+        logits, new_k, new_v, aux = self.score(tokens, parents, cache_lens, past_k, past_v)
+        target_probs = sampling_probs(logits, temperature, top_k, top_p, self.width)
+        drafts = tokens[:, 1:]
+        if self.verify == "sample":
+            verdict = verify_sample(drafts, parents, target_probs, draft_probs, seed, offset, draft_lens, self.swr)
+        else:
+            accepted, bonus = verify_block(drafts, target_probs, draft_probs, seed, offset, draft_lens)
+            steps = torch.arange(tokens.shape[1], dtype=torch.int32)[None]
+            verdict = (accepted, torch.where(steps <= accepted[:, None], steps, torch.full_like(steps, -1)), bonus)
+        return self.outputs(verdict, new_k, new_v, aux)
 
 
 class DraftStep(nn.Module):
@@ -149,12 +186,29 @@ class DraftStep(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens, cache_lens, past_k, past_v):
+    def step(self, tokens, cache_lens, past_k, past_v):
         T = tokens.shape[1]
         positions = cache_lens[:, None] + torch.arange(T)[None, :]
         attend = chain_attend(cache_lens, T, past_k.shape[3])
         hidden, new_k, new_v, _ = decode(self.model, tokens, positions, past_k, past_v, attend)
         return self.model.lm_head(hidden[:, -1]).float(), new_k, new_v
+
+    def forward(self, tokens, cache_lens, past_k, past_v):
+        return self.step(tokens, cache_lens, past_k, past_v)
+
+
+class SampledDraftStep(DraftStep):
+    """:class:`DraftStep` that also outputs probs float32 ``[B, V]``: the transformed distribution the next
+    draft is drawn from (extra inputs temperature float32, top_k int64, top_p float32 ``[B]``)."""
+
+    def __init__(self, model: Transformer, width: int = 0):
+        super().__init__(model)
+        self.width = width or sort_width(model.config.vocab_size)
+
+    def forward(self, tokens, cache_lens, past_k, past_v, temperature, top_k, top_p):
+        logits, new_k, new_v = self.step(tokens, cache_lens, past_k, past_v)
+        probs = sampling_probs(logits[:, None], temperature, top_k, top_p, self.width)[:, 0]
+        return logits, probs, new_k, new_v
 
 
 class Eagle3DraftStep(nn.Module):

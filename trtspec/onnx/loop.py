@@ -8,8 +8,9 @@ The host owns every KV cache, as a TensorRT runtime would. Per step, for the B r
     commit           the accepted path's K/V at cache_len .. cache_len + a, the accepted tokens and
                      the bonus token, which becomes the next root; the drafter's new entries
 
-The output is token for token the target's greedy decoding (the tests check it against the torch
-runtime).
+With greedy graphs the output is token for token the target's greedy decoding; with sample /
+block graphs (:mod:`trtspec.onnx.loop_sampled`) it is what the torch runtime samples for the same
+seed (the tests check both against the runtime).
 """
 from __future__ import annotations
 
@@ -92,8 +93,24 @@ class OnnxSpecDecoder:
                 aux.append(out["aux_hidden"][0])
         return np.concatenate(aux) if aux else None
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, eos_ids=()) -> tuple[list[list[int]], OnnxStats]:
-        """Greedy generation for a batch of token-id prompts; returns the new ids and the stats."""
+    @staticmethod
+    def new_stats() -> OnnxStats:
+        return OnnxStats()
+
+    @staticmethod
+    def check(accepted_len, bonus) -> None:
+        check_verdict(accepted_len, bonus)
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, eos_ids=(), *, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> tuple[list[list[int]], OnnxStats]:
+        """Generate for a batch of token-id prompts; returns the new ids and the stats.
+
+        Greedy graphs decode greedily (``temperature`` must be 0); sample / block graphs sample with
+        ``temperature`` / ``top_k`` / ``top_p`` (applied in the graphs) and request i's random stream
+        derived from ``seed`` and i, as ``Pipeline.generate_ids(..., seed=seed)`` of the torch runtime.
+        """
+        from trtspec.onnx.loop_sampled import SampledLoop, check_transform
+
         V = self.spec.vocab_size
         if not prompts or any(len(p) < 1 for p in prompts):
             raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
@@ -101,6 +118,12 @@ class OnnxSpecDecoder:
             raise ValueError(f"prompt token ids must be in 0..{V - 1} (the target's vocab_size)")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if self.spec.verify != "greedy":
+            check_transform(self.spec, temperature, top_k, top_p)
+            return SampledLoop(self).run(prompts, max_new_tokens, tuple(eos_ids), (temperature, top_k, top_p), seed)
+        if temperature != 0 or top_k or top_p != 1.0:
+            raise OnnxRunError(f"these graphs verify greedily (verify='greedy'); temperature={temperature}, "
+                               f"top_k={top_k}, top_p={top_p} need graphs exported with verify='sample' or 'block'")
         s = self.spec
         cap = max(len(p) for p in prompts) + max_new_tokens + 2 * s.max_nodes
         side = (Eagle3Side if self.eagle3 else DraftModelSide)(self.draft, s, cap)
