@@ -117,17 +117,20 @@ def measure(warmup: int = 3, iters: int = 20, device: str = "cuda") -> list[dict
                 add(f"verify_greedy[{str(dtype).split('.')[-1]}]", shape, V,
                     timer(lambda: ops.verify_greedy(tokens, parents, lg, None, None), warmup, iters),
                     visited * V * lg.element_size())
-            sample_len, _, _ = ops.verify_sample(tokens, parents, target, draft, 1, 2, False, None, None)
+            # the sampled ops' layout: draft j = node j + 1, its row the distribution it was drawn from
+            drafts = tokens[:, 1:].contiguous()
+            draft_rows = draft[:, parents[0, 1:].long()].contiguous()
+            seed = torch.arange(B, dtype=torch.int64, device=dev)        # a random stream per request
+            offset = torch.full((B,), 2, dtype=torch.int64, device=dev)
+            sample_len, _, _ = ops.verify_sample(drafts, parents, target, draft_rows, seed, offset, False, None, None)
             visited = int(sample_len.sum()) + B
             add("verify_sample", shape, V,
-                timer(lambda: ops.verify_sample(tokens, parents, target, draft, 1, 2, False, None, None),
+                timer(lambda: ops.verify_sample(drafts, parents, target, draft_rows, seed, offset, False, None, None),
                          warmup, iters), visited * V * 4 * 2)
             if shape.startswith("chain"):
                 D = N - 1
-                drafts = tokens[:, 1:].contiguous()
-                block_target, block_draft = target.contiguous(), draft[:, :D].contiguous()
                 add("verify_block", shape, V,
-                    timer(lambda: ops.verify_block(drafts, block_target, block_draft, 1, 2), warmup, iters),
+                    timer(lambda: ops.verify_block(drafts, target, draft_rows, seed, offset, None), warmup, iters),
                     (2 * D + 1) * B * V * 4)
             if V == VOCABS[0]:
                 cache = torch.randint(0, 4096, (B,), dtype=torch.int32, device=dev)

@@ -69,12 +69,13 @@ def _shape_inputs(name, B, logits, target, draft, g):
     rows = torch.arange(B)
     best = logits.argmax(-1)
     greedy_tokens = torch.randint(0, logits.shape[-1], (B, N), generator=g)
-    sample_tokens = torch.zeros(B, N, dtype=torch.int64)
+    sample_tokens = torch.zeros(B, N - 1, dtype=torch.int64)   # the sampled ops' layout: draft j = node j + 1
     for i in range(1, N):  # greedy: the target's argmax with probability 0.8; sample: drawn from q
         u = parents[:, i].long()
         hit = torch.rand(B, generator=g) < 0.8
         greedy_tokens[:, i] = torch.where(hit, best[rows, u], greedy_tokens[:, i])
-        sample_tokens[:, i] = torch.multinomial(draft[rows, u], 1, generator=g).squeeze(1)
+        sample_tokens[:, i - 1] = torch.multinomial(draft[rows, u], 1, generator=g).squeeze(1)
+    draft = draft[:, parents[0, 1:].long()].contiguous()        # row j: the distribution draft j was drawn from
     return parents, logits, target, draft, greedy_tokens, sample_tokens
 
 
@@ -109,6 +110,8 @@ def measure(batch: int = 64, vocabs=(32000, 128256), repeats: int = 5, ref_repea
         add("accepted_kv_indices", name, None, lambda: reference.accepted_kv_indices(nodes, length, cache),
             lambda: ops.accepted_kv_indices(nodes, length, cache), lambda: K.accepted_kv_indices(nodes, length, cache))
 
+    seed = torch.arange(batch, dtype=torch.int64) * 7919           # a random stream per request
+    offset = torch.zeros(batch, dtype=torch.int64)
     for V in vocabs:
         logits_all, target_all, draft_all, g = _inputs(batch, V)
         for name in SHAPES:
@@ -120,14 +123,13 @@ def measure(batch: int = 64, vocabs=(32000, 128256), repeats: int = 5, ref_repea
                 lambda: ops.verify_greedy(gtok, parents, half), lambda: K.verify_greedy(gtok, parents, half))
             for wor in (False, True):
                 label = "verify_sample" + (" w/o repl." if wor else "")
-                add(label, name, V, lambda: reference.verify_sample(stok, parents, target, draft, 7, 0, wor),
-                    lambda: ops.verify_sample(stok, parents, target, draft, 7, 0, wor),
-                    lambda: K.verify_sample(stok, parents, target, draft, 7, 0, wor))
-            if name.startswith("chain"):
-                D = parents.shape[1] - 1
-                btok, bdraft = stok[:, 1:].contiguous(), draft[:, :D].contiguous()
-                add("verify_block", name, V, lambda: reference.verify_block(btok, target, bdraft, 7, 0),
-                    lambda: ops.verify_block(btok, target, bdraft, 7, 0), lambda: K.verify_block(btok, target, bdraft, 7, 0))
+                add(label, name, V, lambda: reference.verify_sample(stok, parents, target, draft, seed, offset, wor),
+                    lambda: ops.verify_sample(stok, parents, target, draft, seed, offset, wor),
+                    lambda: K.verify_sample(stok, parents, target, draft, seed, offset, wor))
+            if name.startswith("chain"):  # the same tensors as verify_sample's
+                add("verify_block", name, V, lambda: reference.verify_block(stok, target, draft, seed, offset),
+                    lambda: ops.verify_block(stok, target, draft, seed, offset),
+                    lambda: K.verify_block(stok, target, draft, seed, offset))
             del parents, logits, target, draft, half
         del logits_all, target_all, draft_all
     return rows

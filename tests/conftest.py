@@ -68,6 +68,15 @@ def _draw_tokens(g: torch.Generator, parents: torch.Tensor, rows: torch.Tensor) 
     return tokens
 
 
+def _per_draft(rows: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+    """float32 [B, N-1, V]: row j = rows[b, parents[b, j+1]], the distribution draft j (node j+1)
+    was drawn from when each node's children are drawn from that node's row (the sampled ops'
+    per-draft layout)."""
+    B, N = parents.shape
+    idx = parents[:, 1:].long().clamp(min=0)
+    return torch.gather(rows, 1, idx[..., None].expand(B, N - 1, rows.shape[-1])).contiguous()
+
+
 @pytest.fixture
 def gen():
     """A torch.Generator seeded per test (seed 1234)."""
@@ -87,3 +96,8 @@ def distributions():
 @pytest.fixture
 def draw_tokens():
     return _draw_tokens
+
+
+@pytest.fixture
+def per_draft():
+    return _per_draft

@@ -1,8 +1,9 @@
 """CUDA ops against the C++ CPU ops: exact for tree_metadata, verify_greedy and
 accepted_kv_indices; exact on dyadic inputs (where every float64 sum is exact, so the block
 reductions cannot round differently from the CPU's sequential sums) and statistically otherwise
-for verify_sample and verify_block. Also the documented verdict for invalid data that reaches the
-kernels without validation.
+for verify_sample and verify_block (per-request streams, ragged draft_lens, int32 and int64
+draft tokens; a request's verdict independent of its batch position). Also the documented
+verdict for invalid data that reaches the kernels without validation.
 
 Skipped without a CUDA GPU or without a CUDA build of trtspec._C. Setting
 TRTSPEC_CUDA_TEST_DEVICE=cpu runs the same comparisons CPU against CPU, a dry run of this file's
@@ -133,8 +134,10 @@ def test_accepted_kv_indices_equals_cpu():
                  ops.accepted_kv_indices(acc_nodes, acc_len, cache))
 
 
-def _dyadic_probs(g, B, N, V, denominator=1024):
-    """Rows k / 1024 summing exactly to 1: every float64 sum of them (and of their residuals) is exact."""
+def _dyadic_probs(g, B, N, V):
+    """Rows k / 2**m summing exactly to 1 (2**m >= 1024 and >= 2V, so every k >= 1): every float64
+    sum of them (and of their residuals) is exact."""
+    denominator = 1 << max(10, (2 * V).bit_length())
     weights = torch.rand(B, N, V, generator=g) ** 3
     counts = torch.floor(weights / weights.sum(-1, keepdim=True) * (denominator - V)).long() + 1
     counts[..., 0] += denominator - counts.sum(-1)
@@ -142,12 +145,19 @@ def _dyadic_probs(g, B, N, V, denominator=1024):
 
 
 def _sample_inputs(g, B, N, V, kind, probs):
+    """The sampled ops' layout: draft_tokens [B, N-1], parents [B, N], target [B, N, V], draft rows
+    [B, N-1, V] (draft j drawn from its parent's row)."""
     parents = _parents(g, B, N, kind)
-    target, draft = probs(g, B, N, V), probs(g, B, N, V)
-    # children of u drawn from draft[u]
-    tokens = torch.multinomial(draft.gather(1, parents.clamp(min=0).long()[..., None].expand(B, N, V)).reshape(-1, V),
-                               1, generator=g).reshape(B, N)
+    target, node_rows = probs(g, B, N, V), probs(g, B, N, V)
+    idx = parents[:, 1:].long()
+    draft = node_rows.gather(1, idx[..., None].expand(B, N - 1, V)).contiguous()
+    tokens = torch.multinomial(draft.reshape(-1, V), 1, generator=g).reshape(B, N - 1) if N > 1 else \
+        torch.zeros(B, 0, dtype=torch.int64)
     return tokens, parents, target, draft
+
+
+def _streams(g, B):
+    return torch.randint(-2**63, 2**63 - 1, (B,), generator=g), torch.randint(0, 2**40, (B,), generator=g)
 
 
 @pytest.mark.parametrize("B, N", [(1, 1), (3, 5), (99, 5), (3, 33)])
@@ -159,10 +169,31 @@ def test_verify_sample_equals_cpu_on_dyadic_inputs(B, N, V, kind, without_replac
         B = min(B, 3)
     g = torch.Generator().manual_seed(B * 7 + N + V)
     tokens, parents, target, draft = _sample_inputs(g, B, N, V, kind, _dyadic_probs)
+    lens = torch.randint(0, N, (B,), generator=g) if kind == "tree" else None
     ops = _ops()
-    for seed, offset in [(0, 0), (1234, 99)]:
-        _assert_same(ops.verify_sample(*_dev(tokens, parents, target, draft), seed, offset, without_replacement),
-                     ops.verify_sample(tokens, parents, target, draft, seed, offset, without_replacement))
+    for seed, offset in [(0, 0), _streams(g, B)]:
+        _assert_same(ops.verify_sample(*_dev(tokens.int(), parents, target, draft, seed, offset), without_replacement,
+                                       *_dev(lens)),
+                     ops.verify_sample(tokens, parents, target, draft, seed, offset, without_replacement, lens))
+
+
+def test_a_requests_cuda_verdict_does_not_depend_on_its_batch_position():
+    g = torch.Generator().manual_seed(12)
+    B, N, V = 24, 9, 111
+    tokens, parents, target, draft = _sample_inputs(g, B, N, V, "tree", _dyadic_probs)
+    seed, offset = _streams(g, B)
+    ops = _ops()
+    full = [t.cpu() for t in ops.verify_sample(*_dev(tokens, parents, target, draft, seed, offset))]
+    perm = torch.randperm(B, generator=g)
+    moved = [t.cpu() for t in ops.verify_sample(*_dev(tokens[perm], parents[perm], target[perm], draft[perm],
+                                                      seed[perm], offset[perm]))]
+    for a, b in zip(full, moved):
+        assert torch.equal(a[perm], b)
+    block = [t.cpu() for t in ops.verify_block(*_dev(tokens, target, draft, seed, offset))]
+    block_moved = [t.cpu() for t in ops.verify_block(*_dev(tokens[perm], target[perm], draft[perm], seed[perm],
+                                                           offset[perm]))]
+    for a, b in zip(block, block_moved):
+        assert torch.equal(a[perm], b)
 
 
 def _softmax_probs(g, B, N, V):
@@ -175,9 +206,10 @@ def test_verify_sample_agrees_with_cpu_on_general_inputs(kind):
     g = torch.Generator().manual_seed(11)
     B, N, V = 512, 9, 111
     tokens, parents, target, draft = _sample_inputs(g, B, N, V, kind, _softmax_probs)
+    seed, offset = _streams(g, B)
     ops = _ops()
-    cuda = [t.cpu() for t in ops.verify_sample(*_dev(tokens, parents, target, draft), 3, 4)]
-    cpu = ops.verify_sample(tokens, parents, target, draft, 3, 4)
+    cuda = [t.cpu() for t in ops.verify_sample(*_dev(tokens, parents, target, draft, seed, offset))]
+    cpu = ops.verify_sample(tokens, parents, target, draft, seed, offset)
     same = (cuda[0] == cpu[0]) & (cuda[1] == cpu[1]).all(1) & (cuda[2] == cpu[2])
     assert same.float().mean() >= 0.995
 
@@ -207,12 +239,12 @@ def test_verify_sample_first_token_follows_the_target(siblings):
     N = 1 + siblings
     parents = torch.tensor([-1] + [0] * siblings, dtype=torch.int32).repeat(B, 1)
     target = p0.repeat(B, N, 1)
-    draft = q0.repeat(B, N, 1)
-    tokens = torch.cat([torch.zeros(B, 1, dtype=torch.int64),
-                        torch.multinomial(q0, B * siblings, replacement=True, generator=g).reshape(B, siblings)], 1)
-    acc_len, acc_nodes, bonus = _ops().verify_sample(*_dev(tokens, parents, target, draft), 7, 0)
+    draft = q0.repeat(B, N - 1, 1)
+    tokens = torch.multinomial(q0, B * siblings, replacement=True, generator=g).reshape(B, siblings)
+    seed = torch.arange(B, dtype=torch.int64) + 7 * 2**32               # every request its own stream
+    acc_len, acc_nodes, bonus = _ops().verify_sample(*_dev(tokens, parents, target, draft, seed), 0)
     acc_len, acc_nodes, bonus = acc_len.cpu(), acc_nodes.cpu(), bonus.cpu()
-    first = torch.where(acc_len > 0, tokens.gather(1, acc_nodes[:, 1:2].clamp(min=0).long())[:, 0], bonus)
+    first = torch.where(acc_len > 0, tokens.gather(1, (acc_nodes[:, 1:2].long() - 1).clamp(min=0))[:, 0], bonus)
     ok, p = _chi_square_ok(first, p0)
     assert ok, f"chi-square p = {p:.2e}"
 
@@ -224,12 +256,13 @@ def test_verify_block_first_token_follows_the_target_and_agrees_with_cpu():
     q = torch.softmax(torch.randn(D, V, generator=g) * 1.5, -1)
     drafts = torch.stack([torch.multinomial(q[i], B, replacement=True, generator=g) for i in range(D)], 1)
     target, draft = p.repeat(B, 1, 1), q.repeat(B, 1, 1)
+    seed, offset = torch.arange(B, dtype=torch.int64) * 3, torch.full((B,), 6)
     ops = _ops()
-    acc, bonus = (t.cpu() for t in ops.verify_block(*_dev(drafts, target, draft), 5, 6))
+    acc, bonus = (t.cpu() for t in ops.verify_block(*_dev(drafts.int(), target, draft, seed, offset)))
     first = torch.where(acc > 0, drafts[:, 0], bonus)
     ok, pv = _chi_square_ok(first, p[0])
     assert ok, f"chi-square p = {pv:.2e}"
-    acc_cpu, bonus_cpu = ops.verify_block(drafts, target, draft, 5, 6)
+    acc_cpu, bonus_cpu = ops.verify_block(drafts, target, draft, seed, offset)
     assert ((acc == acc_cpu) & (bonus == bonus_cpu)).float().mean() >= 0.995
 
 
@@ -240,9 +273,12 @@ def test_verify_block_equals_cpu_where_weights_stay_dyadic():
     target, draft = _dyadic_probs(g, B, D + 1, V), _dyadic_probs(g, B, D, V)
     better = target[:, :D] >= draft
     x = torch.multinomial(better.reshape(-1, V).float(), 1, generator=g).reshape(B, D)
+    lens = torch.randint(0, D + 1, (B,), generator=g)
     ops = _ops()
     for seed in (0, 17):
         _assert_same(ops.verify_block(*_dev(x, target, draft), seed, 1), ops.verify_block(x, target, draft, seed, 1))
+        _assert_same(ops.verify_block(*_dev(x, target, draft), seed, 1, *_dev(lens)),
+                     ops.verify_block(x, target, draft, seed, 1, lens))
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the invalid-data verdict is the CUDA kernels' contract")
@@ -258,3 +294,23 @@ def test_invalid_tree_reaching_the_kernel_gets_the_documented_verdict():
         return
     assert acc.tolist() == [0, 0] and bonus.tolist() == [-1, -1]
     assert (nodes == -1).all()
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the invalid-data verdict is the CUDA kernels' contract")
+def test_invalid_draft_lens_or_token_reaching_the_sampled_kernels_gets_the_documented_verdict():
+    """Raw ops, no Python validation: draft_lens outside [0, D] or a used token >= V gives that
+    request accepted_len 0 (accepted_nodes -1) and bonus -1; its neighbours are verified."""
+    B, D, V = 3, 2, 5
+    dev = "cuda"
+    tokens = torch.tensor([[0, 1], [0, 9], [1, 9]], device=dev)              # row 2's 9 is padding (d = 1)
+    lens = torch.tensor([3, 2, 1], dtype=torch.int32, device=dev)             # row 0: past D
+    parents = torch.tensor([[-1, 0, 1]] * B, dtype=torch.int32, device=dev)
+    target = torch.full((B, D + 1, V), 1.0 / V, device=dev)
+    draft = torch.full((B, D, V), 1.0 / V, device=dev)
+    seed = offset = torch.zeros(B, dtype=torch.int64, device=dev)
+    acc, nodes, bonus = torch.ops.trtspec.verify_sample(tokens, parents, target, draft, seed, offset, False, lens, None)
+    assert acc[:2].tolist() == [0, 0] and bonus[:2].tolist() == [-1, -1] and (nodes[:2] == -1).all()
+    assert acc[2] == 1 and 0 <= bonus[2] < V
+    acc, bonus = torch.ops.trtspec.verify_block(tokens, target, draft, seed, offset, lens)
+    assert acc[:2].tolist() == [0, 0] and bonus[:2].tolist() == [-1, -1]
+    assert acc[2] == 1 and 0 <= bonus[2] < V

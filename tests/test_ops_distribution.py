@@ -1,7 +1,8 @@
 """Distribution tests of the sampling verifiers (seeded, CPU).
 
 * verify_sample (chains; trees of 1-4 siblings drawn with or without replacement) and
-  verify_block emit a first token distributed as the target (chi-square), and the same samples
+  verify_block emit a first token distributed as the target (chi-square; every request with its
+  own random stream, as in serving), and the same samples
   clearly reject the draft distribution and the distribution a wrong residual would give;
 * the mean accepted length of a chain matches sum_k prod_{i<=k} a_i, a_i = sum_x min(p_i, q_i);
 * verify_block accepts at least as much as token-wise verification, strictly more on the
@@ -41,8 +42,14 @@ def _rows(gen, n, V, alpha=0.7):
     return (x / x.sum(-1, keepdim=True)).float()
 
 
-def _first_token(tokens, accepted_len, accepted_nodes, bonus):
-    first = tokens.gather(1, accepted_nodes[:, 1:2].clamp(min=0).long()).squeeze(1)
+def _streams(n, salt):
+    """Request b's stream: seed salt * 2**32 + b (its own), offset b % 7 (shared by many)."""
+    b = torch.arange(n, dtype=torch.int64)
+    return salt * 2**32 + b, b % 7
+
+
+def _first_token(draft_tokens, accepted_len, accepted_nodes, bonus):
+    first = draft_tokens.gather(1, (accepted_nodes[:, 1:2].long() - 1).clamp(min=0)).squeeze(1)  # node c = draft c-1
     return torch.where(accepted_len > 0, first, bonus)
 
 
@@ -67,13 +74,14 @@ def test_verify_sample_first_token_follows_target_on_trees(siblings, without_rep
     # a root with `siblings` children drawn from q (i.i.d. or without replacement), each with one child
     N = 1 + 2 * siblings
     parents = torch.tensor([-1] + [0] * siblings + list(range(1, siblings + 1)), dtype=torch.int32).repeat(n, 1)
-    tokens = torch.zeros(n, N, dtype=torch.int64)
-    tokens[:, 1 : siblings + 1] = torch.multinomial(q.expand(n, V), siblings, replacement=not without_replacement,
-                                                    generator=gen)
-    tokens[:, siblings + 1 :] = torch.multinomial(q.expand(n, V), siblings, replacement=True, generator=gen)
+    tokens = torch.zeros(n, N - 1, dtype=torch.int64)   # drafts: nodes 1..N-1
+    tokens[:, :siblings] = torch.multinomial(q.expand(n, V), siblings, replacement=not without_replacement,
+                                             generator=gen)
+    tokens[:, siblings:] = torch.multinomial(q.expand(n, V), siblings, replacement=True, generator=gen)
     target = p.expand(n, N, V).contiguous()
-    draft = q.expand(n, N, V).contiguous()
-    out = ops.verify_sample(tokens, parents, target, draft, seed=7, offset=siblings, siblings_without_replacement=without_replacement)
+    draft = q.expand(n, N - 1, V).contiguous()
+    seed, offset = _streams(n, 7 + siblings)
+    out = ops.verify_sample(tokens, parents, target, draft, seed, offset, siblings_without_replacement=without_replacement)
     _assert_target_distribution(_first_token(tokens, *out), p, q, V)
 
 
@@ -82,11 +90,10 @@ def test_verify_sample_chain_first_token_and_mean_accepted_length():
     V, D, n = 8, 4, SAMPLES
     p, q = _rows(gen, D + 1, V), _rows(gen, D + 1, V)
     parents = torch.arange(-1, D, dtype=torch.int32).repeat(n, 1)
-    tokens = torch.zeros(n, D + 1, dtype=torch.int64)
-    for i in range(1, D + 1):
-        tokens[:, i] = torch.multinomial(q[i - 1].expand(n, V), 1, generator=gen).squeeze(1)
-    out = ops.verify_sample(tokens, parents, p.expand(n, D + 1, V).contiguous(), q.expand(n, D + 1, V).contiguous(),
-                            seed=11, offset=0)
+    tokens = torch.stack([torch.multinomial(q[i].expand(n, V), 1, generator=gen).squeeze(1) for i in range(D)], 1)
+    seed, offset = _streams(n, 11)
+    out = ops.verify_sample(tokens, parents, p.expand(n, D + 1, V).contiguous(), q[:D].expand(n, D, V).contiguous(),
+                            seed, offset)
     _assert_target_distribution(_first_token(tokens, *out), p[0], q[0], V)
     a = torch.minimum(p, q).double().sum(-1)[:D]           # a_k = sum_x min(p_{k-1}, q_{k-1})
     expected = float(torch.cumprod(a, 0).sum())            # E[accepted] = sum_k prod_{i<=k} a_i
@@ -107,17 +114,16 @@ def test_verify_block_first_token_follows_target():
     V, D = 8, 3
     p, q = _rows(gen, D + 1, V), _rows(gen, D, V)
     tokens, target, draft = _block_inputs(gen, p, q, SAMPLES)
-    length, bonus = ops.verify_block(tokens, target, draft, seed=3, offset=1)
+    length, bonus = ops.verify_block(tokens, target, draft, *_streams(SAMPLES, 3))
     first = torch.where(length > 0, tokens[:, 0], bonus)
     _assert_target_distribution(first, p[0], q[0], V)
 
 
 def _token_wise(tokens, target, draft, seed):
+    """Token-wise speculative sampling of the same chain: verify_sample takes the very same tensors."""
     n, D = tokens.shape
     parents = torch.arange(-1, D, dtype=torch.int32).repeat(n, 1)
-    chain_tokens = torch.cat([torch.zeros(n, 1, dtype=torch.int64), tokens], 1)
-    chain_draft = torch.cat([draft, draft[:, -1:]], 1).contiguous()  # the leaf's draft row is never read
-    return ops.verify_sample(chain_tokens, parents, target, chain_draft, seed=seed, offset=0)[0]
+    return ops.verify_sample(tokens, parents, target, draft, *_streams(n, seed))[0]
 
 
 def test_verify_block_accepts_at_least_token_wise_on_the_same_drafts():
@@ -126,7 +132,7 @@ def test_verify_block_accepts_at_least_token_wise_on_the_same_drafts():
     for trial in range(3):
         p, q = _rows(gen, D + 1, V), _rows(gen, D, V)
         tokens, target, draft = _block_inputs(gen, p, q, SAMPLES // 2)
-        block = ops.verify_block(tokens, target, draft, seed=trial, offset=0)[0].double()
+        block = ops.verify_block(tokens, target, draft, *_streams(len(tokens), trial))[0].double()
         token = _token_wise(tokens, target, draft, seed=trial).double()
         se = float((block - token).std()) / math.sqrt(len(block)) + 1e-12
         assert float(block.mean()) >= float(token.mean()) - 3 * se
@@ -145,7 +151,7 @@ def test_verify_block_strictly_beats_token_wise_on_the_binary_example():
     assert exact_block > exact_token + 0.05  # 10/9 token-wise
     gen = torch.Generator().manual_seed(2)
     tokens, target, draft = _block_inputs(gen, p, q, n)
-    block = ops.verify_block(tokens, target, draft, seed=1, offset=0)[0].double()
+    block = ops.verify_block(tokens, target, draft, *_streams(n, 1))[0].double()
     token = _token_wise(tokens, target, draft, seed=1).double()
     se = float((block - token).std()) / math.sqrt(n)
     assert float(block.mean()) > float(token.mean()) + 4 * se

@@ -88,30 +88,54 @@ def test_verify_greedy_nan_inf_and_signed_zero_like_torch_argmax(gen, dtype):
     assert out[2].tolist() == [17, 40, 3, 0]
 
 
+def _streams(gen, B):
+    """Per-request (seed, offset): int64 [B] with the full 64-bit range (negative = above 2**63)."""
+    seed = torch.randint(-2**63, 2**63 - 1, (B,), generator=gen)
+    offset = torch.randint(0, 2**40, (B,), generator=gen)
+    return seed, offset
+
+
 @pytest.mark.parametrize("B,N,V", SIZES)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("without_replacement", [False, True])
-def test_verify_sample_matches_reference(gen, random_parents, distributions, draw_tokens, B, N, V, kind,
+def test_verify_sample_matches_reference(gen, random_parents, distributions, draw_tokens, per_draft, B, N, V, kind,
                                          without_replacement):
     parents, num_nodes = _tree(gen, random_parents, B, N, kind)
-    target, draft = distributions(gen, B, N, V, agreement=0.8)
-    tokens = draw_tokens(gen, parents, draft)
-    seed, offset = int(torch.randint(0, 2**62, (1,), generator=gen)) * 3, 2**64 - 5  # > 2**63 on purpose
-    out = ops.verify_sample(tokens, parents, target, draft, seed, offset, without_replacement, num_nodes)
-    _equal(out, reference.verify_sample(tokens, parents, target, draft, seed, offset, without_replacement, num_nodes))
+    draft_lens = None if num_nodes is None else num_nodes - 1
+    target, node_rows = distributions(gen, B, N, V, agreement=0.8)
+    tokens = draw_tokens(gen, parents, node_rows)[:, 1:].contiguous()
+    draft = per_draft(node_rows, parents)
+    seed, offset = _streams(gen, B)
+    out = ops.verify_sample(tokens, parents, target, draft, seed, offset, without_replacement, draft_lens)
+    _equal(out, reference.verify_sample(tokens, parents, target, draft, seed, offset, without_replacement, draft_lens))
+
+
+def test_verify_sample_siblings_with_their_own_rows_match_reference(gen, distributions):
+    """SpecInfer's several drafters: siblings drawn from different rows; each test reads its own row."""
+    B, D, V = 40, 6, 111
+    parents = torch.tensor([[-1, 0, 0, 0, 1, 2, 3]] * B, dtype=torch.int32)
+    target, _ = distributions(gen, B, D + 1, V, agreement=0.8)
+    _, draft = distributions(gen, B, D, V, agreement=0.8)       # an independent row per draft
+    tokens = torch.multinomial(draft.reshape(-1, V), 1, generator=gen).view(B, D)
+    seed, offset = _streams(gen, B)
+    out = ops.verify_sample(tokens, parents, target, draft, seed, offset)
+    _equal(out, reference.verify_sample(tokens, parents, target, draft, seed, offset))
+    assert int((out[0] > 0).sum()) > 0 and int((out[1][:, 1] > 1).sum()) > 0  # later siblings were accepted too
 
 
 @pytest.mark.parametrize("B,D,V", [(1, 0, 7), (3, 1, 111), (99, 4, 7), (3, 32, 111), (1, 63, 32000), (99, 8, 111),
                                    (3, 4, 32000)])
 @pytest.mark.parametrize("agreement", [0.5, 0.95])
-def test_verify_block_matches_reference(gen, random_parents, distributions, draw_tokens, B, D, V, agreement):
+@pytest.mark.parametrize("ragged", [False, True])
+def test_verify_block_matches_reference(gen, random_parents, distributions, draw_tokens, B, D, V, agreement, ragged):
     parents = random_parents(gen, B, D + 1, "chain")
     target, draft = distributions(gen, B, D + 1, V, agreement=agreement)
     tokens = draw_tokens(gen, parents, draft)[:, 1:].contiguous()
     draft = draft[:, :D].contiguous()
-    seed, offset = int(torch.randint(0, 2**62, (1,), generator=gen)), int(torch.randint(0, 2**30, (1,), generator=gen))
-    out = ops.verify_block(tokens, target, draft, seed, offset)
-    _equal(out, reference.verify_block(tokens, target, draft, seed, offset))
+    draft_lens = torch.randint(0, D + 1, (B,), generator=gen) if ragged else None
+    seed, offset = _streams(gen, B)
+    out = ops.verify_block(tokens, target, draft, seed, offset, draft_lens)
+    _equal(out, reference.verify_block(tokens, target, draft, seed, offset, draft_lens))
 
 
 @pytest.mark.parametrize("B,L", [(1, 1), (3, 2), (99, 5), (3, 33), (99, 64)])
@@ -126,7 +150,7 @@ def test_accepted_kv_indices_matches_reference(gen, B, L):
     _equal(out, reference.accepted_kv_indices(accepted_nodes, accepted_len, cache_lens))
 
 
-def test_verify_sample_pipeline_greedy_path_feeds_kv_indices(gen, random_parents):
+def test_verify_greedy_path_feeds_kv_indices(gen, random_parents):
     """accepted_nodes from verify_greedy is a valid accepted_kv_indices input."""
     parents = random_parents(gen, 5, 9, "tree")
     logits = torch.randn(5, 9, 50, generator=gen)
@@ -147,18 +171,18 @@ def test_empty_residual_falls_back_to_target_row():
     p = p / p.sum() * (1 - 5e-4)
     assert bool((p <= q).all())
     parents = torch.tensor([[-1, 0]], dtype=torch.int32)
-    tokens = torch.tensor([[0, 1]])
+    tokens = torch.tensor([[1]])
     target = torch.stack([p, p]).unsqueeze(0).contiguous()
-    draft = torch.stack([q, q]).unsqueeze(0).contiguous()
-    # a seed whose first draw rejects token 1 (u * q(1) >= p(1))
-    seed = next(s for s in range(100000) if reference.uniform(s, 0, 0, 0) * float(q[1]) >= float(p[1]))
+    draft = q[None, None].contiguous()
+    # a seed whose test of node 1 (draw 0 at node 1) rejects token 1 (u * q(1) >= p(1))
+    seed = next(s for s in range(100000) if reference.uniform(s, 0, 1, 0) * float(q[1]) >= float(p[1]))
     out = ops.verify_sample(tokens, parents, target, draft, seed, 0)
     _equal(out, reference.verify_sample(tokens, parents, target, draft, seed, 0))
     assert int(out[0]) == 0 and 0 <= int(out[2]) < 2
-    # the same for block verification: tau = 0 with an empty residual r_0
-    seed = next(s for s in range(100000) if reference.uniform(s, 0, 0, 0) > float(p[1]) / float(q[1]))
-    out = ops.verify_block(tokens[:, 1:].contiguous(), target, draft[:, :1].contiguous(), seed, 0)
-    _equal(out, reference.verify_block(tokens[:, 1:], target, draft[:, :1], seed, 0))
+    # the same for block verification: tau = 0 with an empty residual r_0 (eta_1 = draw 0 at position 1)
+    seed = next(s for s in range(100000) if reference.uniform(s, 0, 1, 0) > float(p[1]) / float(q[1]))
+    out = ops.verify_block(tokens, target, draft, seed, 0)
+    _equal(out, reference.verify_block(tokens, target, draft, seed, 0))
     assert int(out[0]) == 0
 
 

@@ -56,7 +56,8 @@ def _opcheck_cases():
     num_nodes = torch.tensor([6, 3, 1], dtype=torch.int32)
     tokens = torch.randint(0, V, (B, N), generator=g)
     probs = torch.softmax(torch.randn(B, N, V, generator=g), -1)
-    draft = torch.softmax(torch.randn(B, N, V, generator=g), -1)
+    draft = torch.softmax(torch.randn(B, N - 1, V, generator=g), -1)
+    seeds, offsets = torch.tensor([3, -5, 2**62]), torch.tensor([0, 1, 2])
     block_tokens = torch.randint(0, V, (B, D), generator=g)
     block_target = torch.softmax(torch.randn(B, D + 1, V, generator=g), -1)
     block_draft = torch.softmax(torch.randn(B, D, V, generator=g), -1)
@@ -66,8 +67,9 @@ def _opcheck_cases():
         "verify_greedy": (torch.ops.trtspec.verify_greedy.default,
                           (tokens, parents, torch.randn(B, N, V, generator=g).half(), num_nodes, 5)),
         "verify_sample": (torch.ops.trtspec.verify_sample.default,
-                          (tokens, parents, probs, draft, 3, -5, True, None, None)),
-        "verify_block": (torch.ops.trtspec.verify_block.default, (block_tokens, block_target, block_draft, 1, 2)),
+                          (tokens[:, 1:].int(), parents, probs, draft, seeds, offsets, True, num_nodes - 1, None)),
+        "verify_block": (torch.ops.trtspec.verify_block.default,
+                         (block_tokens, block_target, block_draft, seeds, offsets, torch.tensor([4, 0, 2], dtype=torch.int32))),
         "accepted_kv_indices": (torch.ops.trtspec.accepted_kv_indices.default,
                                 (kv_nodes, torch.tensor([2, 0, 1], dtype=torch.int32),
                                  torch.tensor([10, 0, 7], dtype=torch.int32))),

@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "plugins"
 TRT_HEADERS = Path(os.environ.get("TRTSPEC_TRT_HEADERS", "/tmp/trt-headers/include"))
-EXPECTED = {"TrtSpecTreeMask", "TrtSpecVerifyGreedy", "TrtSpecVerifySample", "TrtSpecVerifyBlock"}
+VERSIONS = {"TrtSpecTreeMask": "1", "TrtSpecVerifyGreedy": "1", "TrtSpecVerifySample": "2", "TrtSpecVerifyBlock": "2"}
+EXPECTED = set(VERSIONS)
 
 
 def _gen_fields():
@@ -56,7 +57,8 @@ def test_every_plugin_has_a_yaml_in_its_oss_style_folder(specs):
     for spec in specs.values():
         folder = PLUGINS / spec.folder
         assert spec.path.resolve() == (folder / f"{spec.folder}.yaml").resolve()
-        assert (spec.version, spec.namespace) == ("1", "trtspec")
+        assert (spec.version, spec.namespace) == (VERSIONS[spec.name], "trtspec")
+        assert [v for v, _ in spec.versions] == [str(i) for i in range(1, int(spec.version) + 1)]
         for f in (f"{spec.folder}Plugin.h", f"{spec.folder}Plugin.cpp", f"{spec.folder}Fields.h", "README.md"):
             assert (folder / f).is_file(), f"missing {folder / f}"
 
@@ -101,6 +103,27 @@ def test_onnx_schemas_agree_with_yaml(specs):
         assert attrs["plugin_namespace"].default_value.s.decode() == "trtspec"
         for a in spec.attributes:
             assert attrs[a.name].default_value.i == a.default
+
+
+def test_the_sampled_plugins_share_one_layout(specs):
+    """TrtSpecVerifySample = TrtSpecVerifyBlock's inputs (names, dtypes, shapes, order) plus parents,
+    as trtspec.ops.verify_sample / verify_block take the same tensors."""
+    sample, block = specs["TrtSpecVerifySample"], specs["TrtSpecVerifyBlock"]
+    rows = lambda ts: [(t.name, t.dtypes, t.shape, t.optional) for t in ts]  # noqa: E731
+    assert rows(t for t in sample.inputs if t.name != "parents") == rows(block.inputs)
+    assert [t.name for t in block.inputs] == ["draft_tokens", "target_probs", "draft_probs", "seed", "offset",
+                                              "draft_lens"]
+    assert {t.name: t.shape for t in block.inputs} == {
+        "draft_tokens": ("B", "D"), "target_probs": ("B", "D+1", "V"), "draft_probs": ("B", "D", "V"),
+        "seed": ("B",), "offset": ("B",), "draft_lens": ("B",)}
+    assert block.inputs[0].dtypes == ("int32", "int64")
+    import inspect
+
+    from trtspec import ops
+    params = lambda f: list(inspect.signature(f).parameters)  # noqa: E731
+    assert [p for p in params(ops.verify_block) if p != "validate"] == [t.name for t in block.inputs]
+    assert [p for p in params(ops.verify_sample) if p in {t.name for t in sample.inputs}] == [
+        t.name for t in sample.inputs]
 
 
 def test_plugin_sources_take_every_name_from_the_generated_fields(specs):
@@ -160,6 +183,21 @@ def test_bad_yaml_is_rejected_with_the_field_named(tmp_path, edit, message):
     if message is None:  # the unedited file loads
         assert load_plugin_spec(path).name == "TrtSpecVerifyGreedy"
         return
+    with pytest.raises(ValueError, match=message):
+        load_plugin_spec(path)
+
+
+@pytest.mark.parametrize("versions, message", [
+    ('versions:\n  - {version: "2", change: x}\n', r"versions \['2'\] must be increasing"),
+    ('versions:\n  - {version: "1", change: x}\n  - {version: "1", change: y}\n', r"must be increasing"),
+    ('versions:\n  - {version: "1"}\n', r"exactly the keys version and change"),
+])
+def test_bad_version_history_is_rejected(tmp_path, versions, message):
+    from trtspec.onnx_schemas import load_plugin_spec
+
+    src = (PLUGINS / "trtSpecTreeMask" / "trtSpecTreeMask.yaml").read_text()
+    path = tmp_path / "trtSpecTreeMask.yaml"
+    path.write_text(src.replace("inputs:", versions + "inputs:", 1))
     with pytest.raises(ValueError, match=message):
         load_plugin_spec(path)
 

@@ -2,7 +2,7 @@
 
 Each plugin folder ``plugins/<folder>/<folder>.yaml`` is the single source of truth of its
 interface (inputs and outputs with dtypes and symbolic shapes, attributes with types, defaults and
-ranges). This module loads those files into typed specs and turns each into an
+ranges, and the history of its plugin versions). This module loads those files into typed specs and turns each into an
 :class:`onnx.defs.OpSchema` in domain ``"trtspec"``, opset version 1, with the attributes TensorRT's
 ONNX parser uses to map a node to a plugin: ``plugin_version`` (default the plugin's version) and
 ``plugin_namespace`` (default ``"trtspec"``), followed by the plugin's own attributes.
@@ -88,6 +88,8 @@ class PluginSpec:
     outputs: tuple[TensorSpec, ...]
     attributes: tuple[AttributeSpec, ...]
     path: Path
+    versions: tuple[tuple[str, str], ...] = ()
+    """(version, change) history, oldest first, ending with ``version``; default: this version only."""
 
     def __post_init__(self):
         if not self.name.startswith("TrtSpec"):
@@ -107,6 +109,13 @@ class PluginSpec:
         names = [t.name for t in self.inputs + self.outputs] + [a.name for a in self.attributes]
         if len(set(names)) != len(names):
             raise ValueError(f"{self.path}: duplicate input/output/attribute names in {names}")
+        if not self.versions:
+            object.__setattr__(self, "versions", ((self.version, "first version"),))
+        numbers = [v for v, _ in self.versions]
+        if not all(v.isdigit() for v in numbers) or [int(v) for v in numbers] != sorted({int(v) for v in numbers}) \
+                or numbers[-1] != self.version:
+            raise ValueError(f"{self.path}: versions {numbers} must be increasing digit strings ending with "
+                             f"version {self.version!r}")
 
     @property
     def folder(self) -> str:
@@ -146,12 +155,17 @@ def load_plugin_spec(path: str | os.PathLike) -> PluginSpec:
                                        min=int(a["min"]), max=int(a["max"]), doc=a.get("doc", "")))
         except KeyError as e:
             raise ValueError(f"{path}: attribute {a!r} lacks key {e}") from None
+    versions = []
+    for v in d.get("versions") or []:
+        if not isinstance(v, dict) or set(v) != {"version", "change"}:
+            raise ValueError(f"{path}: each versions entry must have exactly the keys version and change, got {v!r}")
+        versions.append((str(v["version"]), " ".join(str(v["change"]).split())))
     return PluginSpec(
         name=str(d["name"]), version=str(d["version"]), namespace=str(d["namespace"]), op=str(d["op"]),
         doc=" ".join(str(d.get("doc", "")).split()),
         inputs=tuple(_tensor(t, str(path), False) for t in d["inputs"]),
         outputs=tuple(_tensor(t, str(path), True) for t in d["outputs"]),
-        attributes=tuple(attrs), path=path,
+        attributes=tuple(attrs), path=path, versions=tuple(versions),
     )
 
 

@@ -15,6 +15,34 @@ Papers:
 * block verification: Sun et al., "Block Verification Accelerates Speculative Decoding",
   ICLR 2025, https://arxiv.org/abs/2403.10444
 
+Layout of the sampled verifiers
+-------------------------------
+:func:`verify_sample` and :func:`verify_block` take the same tensors for the same D drafts (a tree
+adds ``parents``), so one drafter output feeds either::
+
+    draft_tokens  int32/int64 [B, D]       draft j = tree node j + 1; the root (last committed token) is not passed
+    target_probs  float32 [B, D + 1, V]    row i: the target after node i (row 0 after the root)
+    draft_probs   float32 [B, D, V]        row j: the distribution draft j was drawn from
+    draft_lens    int32/int64 [B] or None  request b uses drafts 0 .. draft_lens[b] - 1; the rest is padding
+    seed, offset  int or int64 [B]         request b's random stream
+
+Why this one: the draft-aligned rows are FlashInfer's ``chain_speculative_sampling``
+(``draft_token_ids [B, n]``, ``draft_probs [B, n, V]``, ``target_probs [B, n + 1, V]``, int32 ids;
+flashinfer-ai/flashinfer, flashinfer/sampling.py) and vLLM's rejection sampler (one draft row per
+draft token, ragged by ``num_draft_tokens``, int32 ids, one ``torch.Generator`` per seeded request;
+vllm-project/vllm, vllm/v1/sample/rejection_sampler.py and vllm/v1/spec_decode/metadata.py). No row
+is allocated only to go unread, and a per-draft row also describes a tree whose siblings came from
+different distributions (SpecInfer's several drafters). SGLang's tree sampler
+(``tree_speculative_sampling_target_only``, sgl-project/sglang, sgl-kernel/python/sgl_kernel/speculative.py)
+indexes by node with the root included (``candidates [bs, N]``, ``draft_probs [bs, N, V]`` read at
+the parent): there ``draft_tokens = candidates[:, 1:]`` and ``draft_probs = its_rows[b, parents[b, 1:]]``.
+Ragged batches are padded to ``[B, D]`` with ``draft_lens`` (vLLM flattens them) so every tensor has
+a static shape for TensorRT engines and CUDA graphs.
+
+Random streams are per request: request b's uniforms are a function of ``(seed[b], offset[b])``
+and its own drafts only (see :func:`trtspec.reference.uniform`), never of its batch position or
+its neighbours; Python ints broadcast to every request.
+
 The C++ bindings repeat the structural checks (shapes, dtypes, devices, contiguity, tree,
 token ids, values read), so direct ``torch.ops.trtspec.*`` calls are safe too; they raise
 :class:`RuntimeError` with the op's name and the kernel's status.
@@ -244,68 +272,100 @@ def verify_greedy(tokens, parents, target_logits, num_nodes=None, max_depth=None
     return torch.ops.trtspec.verify_greedy(tokens, parents, target_logits, num_nodes, depth)
 
 
-def _check_prob_pair(tokens, parents, target_probs, draft_probs, num_nodes, max_depth, validate):
-    device = parents.device if isinstance(parents, torch.Tensor) else None
-    parents, num_nodes, valid, depth = _check_tree(parents, num_nodes, max_depth, device)
-    B, N = parents.shape
-    tokens = _tensor("tokens", tokens, 2, (torch.int64,), "[B, N]", device)
-    _shape("tokens", tokens, (B, N), "[B, N]")
-    target_probs = _tensor("target_probs", target_probs, 3, (torch.float32,), "[B, N, V]", device)
-    if target_probs.shape[:2] != (B, N) or target_probs.shape[2] < 1:
-        raise ValueError(f"target_probs must have shape ({B}, {N}, V) [B, N, V] with V >= 1, "
+def _streams(name: str, value, B: int, device) -> torch.Tensor:
+    """seed / offset: an int (every request) or an int64 ``[B]`` tensor -> int64 ``[B]`` on ``device``."""
+    if isinstance(value, torch.Tensor):
+        t = _tensor(name, value, 1, (torch.int64,), "[B]", device)
+        _shape(name, t, (B,), "[B]")
+        return t
+    return torch.full((B,), _u64(name, value), dtype=torch.int64, device=device)
+
+
+def _check_draft_lens(draft_lens, B: int, D: int, device) -> torch.Tensor | None:
+    if draft_lens is None:
+        return None
+    draft_lens = _tensor("draft_lens", draft_lens, 1, _INDEX_DTYPES, "[B]", device)
+    _shape("draft_lens", draft_lens, (B,), "[B]")
+    bad = (draft_lens < 0) | (draft_lens > D)
+    if bool(bad.any()):
+        (b,) = _first(bad)
+        raise ValueError(f"draft_lens[{b}] must be in [0, D={D}], got {int(draft_lens[b])}")
+    return draft_lens.to(torch.int32)
+
+
+def _check_sampled(draft_tokens, target_probs, draft_probs, seed, offset, draft_lens, max_draft: int):
+    """The checks verify_sample and verify_block share (one layout); returns the checked tensors and
+    ``used [B, D+1]``: the nodes each request uses (root included)."""
+    device = draft_tokens.device if isinstance(draft_tokens, torch.Tensor) else None
+    draft_tokens = _tensor("draft_tokens", draft_tokens, 2, _INDEX_DTYPES, "[B, D]", device)
+    B, D = draft_tokens.shape
+    if B > MAX_BATCH:
+        raise ValueError(f"draft_tokens.shape[0] (B) must be <= {MAX_BATCH}, got {B}")
+    if D > max_draft:
+        raise ValueError(f"draft_tokens.shape[1] (D) must be <= {max_draft}, got {D}")
+    target_probs = _tensor("target_probs", target_probs, 3, (torch.float32,), "[B, D + 1, V]", device)
+    if target_probs.shape[:2] != (B, D + 1) or target_probs.shape[2] < 1:
+        raise ValueError(f"target_probs must have shape ({B}, {D + 1}, V) [B, D + 1, V] with V >= 1, "
                          f"got {tuple(target_probs.shape)}")
     V = target_probs.shape[2]
-    draft_probs = _tensor("draft_probs", draft_probs, 3, (torch.float32,), "[B, N, V]", device)
-    _shape("draft_probs", draft_probs, (B, N, V), "[B, N, V]")
-    child = valid & (torch.arange(N, device=device) > 0)
-    _check_tokens("tokens", tokens, V, child)
-    if validate:
-        # draft rows are read only at nodes with children
-        has_child = torch.zeros(B, N, dtype=torch.bool, device=device)
-        has_child.scatter_(1, torch.where(child, parents.long(), 0), child)
-        _check_probs("target_probs", target_probs, valid)
-        _check_probs("draft_probs", draft_probs, has_child)
-    return tokens, parents, num_nodes, depth, target_probs, draft_probs
+    draft_probs = _tensor("draft_probs", draft_probs, 3, (torch.float32,), "[B, D, V]", device)
+    _shape("draft_probs", draft_probs, (B, D, V), "[B, D, V]")
+    seed, offset = _streams("seed", seed, B, device), _streams("offset", offset, B, device)
+    draft_lens = _check_draft_lens(draft_lens, B, D, device)
+    idx = torch.arange(D + 1, device=device)
+    used = torch.ones(B, D + 1, dtype=torch.bool, device=device) if draft_lens is None else (
+        idx[None, :] <= draft_lens[:, None].long())
+    _check_tokens("draft_tokens", draft_tokens, V, used[:, 1:])
+    return draft_tokens, target_probs, draft_probs, seed, offset, draft_lens, used
 
 
-def verify_sample(tokens, parents, target_probs, draft_probs, seed, offset, siblings_without_replacement=False,
-                  num_nodes=None, max_depth=None, *, validate=True):
+def verify_sample(draft_tokens, parents, target_probs, draft_probs, seed, offset, siblings_without_replacement=False,
+                  draft_lens=None, max_depth=None, *, validate=True):
     """Lossless tree verification by multi-draft recursive rejection sampling.
 
-    The children of node ``u`` are taken as drawn from ``q = draft_probs[b, u]``; they are tried
-    in index order, child ``x`` accepted with probability ``min(1, p(x)/q(x))``
-    (``p = target_probs[b, u]``); after a rejection ``p <- normalize(max(p - q, 0))``. When every
-    child is rejected, or at a leaf, the bonus token is sampled from the current ``p`` (from the
-    target row if rounding emptied the residual). For a chain this is speculative sampling
-    (Leviathan et al. 2023, https://arxiv.org/abs/2211.17192); for trees SpecInfer's multi-step
-    verification (Miao et al. 2024). With ``siblings_without_replacement`` (children drawn
-    without replacement, e.g. Gumbel-top-k) the tried token is also removed from ``q`` and ``q``
-    renormalised (Jeon et al. 2024, https://arxiv.org/abs/2402.14160): still lossless.
-    Deterministic in ``(seed, offset)``: uniform draw ``k`` of request ``b`` is
-    :func:`trtspec.reference.uniform` ``(seed, offset, b, k)``.
+    Child ``c`` of node ``u`` carries draft ``x = draft_tokens[b, c-1]`` drawn from
+    ``q = draft_probs[b, c-1]``; the children are tried in index order, ``x`` accepted with
+    probability ``min(1, p(x)/q(x))`` (``p = target_probs[b, u]``); after a rejection
+    ``p <- normalize(max(p - q, 0))``. When every child is rejected, or at a leaf, the bonus token
+    is sampled from the current ``p`` (from the target row if rounding emptied the residual). For a
+    chain this is speculative sampling (Leviathan et al. 2023, https://arxiv.org/abs/2211.17192);
+    for trees SpecInfer's multi-step verification (Miao et al. 2024), where siblings drawn i.i.d.
+    from one distribution carry the same row and a sibling from another drafter its own. With
+    ``siblings_without_replacement`` (children drawn without replacement, e.g. Gumbel-top-k, from
+    the row of the first child; later siblings' rows are not read) the tried token is also removed
+    from ``q`` and ``q`` renormalised (Jeon et al. 2024, https://arxiv.org/abs/2402.14160): still
+    lossless. Deterministic per request: the test of node ``c`` of request ``b`` uses the uniform
+    :func:`trtspec.reference.uniform` ``(seed[b], offset[b], c, 0)``, the bonus drawn at node ``u``
+    ``uniform(seed[b], offset[b], u, 1)``; :func:`verify_block` draws the same ones on a chain.
+
+    Layout: the sampled verifiers' one layout (module docstring), plus the tree.
 
     Parameters
     ----------
-    tokens : torch.Tensor
-        int64 ``[B, N]``; ids of nodes ``1..num_nodes[b]-1`` in ``[0, V)``.
+    draft_tokens : torch.Tensor
+        int32 or int64 ``[B, D]``, ``D + 1 <= MAX_NODES``: draft ``j`` is tree node ``j + 1``; ids
+        of the ``draft_lens[b]`` used drafts in ``[0, V)``.
     parents : torch.Tensor
-        int32 or int64 ``[B, N]``, see :func:`tree_metadata`.
+        int32 or int64 ``[B, D + 1]``, the tree over the root and the drafts (see
+        :func:`tree_metadata`); nodes past ``draft_lens[b]`` are padding.
     target_probs : torch.Tensor
-        float32 ``[B, N, V]``: the target's next-token distribution after each node; rows of
-        the ``num_nodes[b]`` nodes finite, >= 0, summing to 1 within ``ROW_SUM_TOLERANCE``.
+        float32 ``[B, D + 1, V]``: the target's next-token distribution after each node; rows of
+        the used nodes finite, >= 0, summing to 1 within ``ROW_SUM_TOLERANCE``.
     draft_probs : torch.Tensor
-        float32 ``[B, N, V]``: the distribution each node's children were drawn from; same
-        conditions on the rows of nodes that have children.
-    seed, offset : int
-        Select the random stream; taken modulo 2**64.
+        float32 ``[B, D, V]``: the distribution each draft was drawn from; same conditions on the
+        rows read (every used draft; only first children with ``siblings_without_replacement``).
+    seed, offset : int or torch.Tensor
+        Request b's random stream: ints (taken modulo 2**64, the same for every request) or int64
+        ``[B]`` tensors (their 64 bits, unsigned) on the inputs' device.
     siblings_without_replacement : bool, default False
         Children of a node were drawn without replacement.
-    num_nodes : torch.Tensor, optional
-        int32 or int64 ``[B]``, see :func:`tree_metadata`.
+    draft_lens : torch.Tensor, optional
+        int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= D``: request b uses nodes
+        ``0 .. draft_lens[b]``. Default: D for every request.
     max_depth : int, optional
-        Static bound on the tree depth; default ``N - 1``.
+        Static bound on the tree depth; default ``D``.
     validate : bool, default True
-        Check every probability row (one pass over each tensor). With False only the values
+        Check every probability row read (one pass over each tensor). With False only the values
         the kernel reads are checked (by the kernel, RuntimeError on a NaN/Inf/negative entry).
 
     Returns
@@ -313,42 +373,65 @@ def verify_sample(tokens, parents, target_probs, draft_probs, seed, offset, sibl
     accepted_len : torch.Tensor
         int32 ``[B]``, draft tokens accepted (bonus excluded).
     accepted_nodes : torch.Tensor
-        int32 ``[B, max_depth + 1]``, root first, -1 padded.
+        int32 ``[B, max_depth + 1]``, node ids of the accepted path, root first, -1 padded.
     bonus_token : torch.Tensor
         int64 ``[B]``.
     """
-    tokens, parents, num_nodes, depth, target_probs, draft_probs = _check_prob_pair(
-        tokens, parents, target_probs, draft_probs, num_nodes, max_depth, validate)
+    draft_tokens, target_probs, draft_probs, seed, offset, draft_lens, used = _check_sampled(
+        draft_tokens, target_probs, draft_probs, seed, offset, draft_lens, MAX_NODES - 1)
+    B, D = draft_tokens.shape
+    device = draft_tokens.device
+    parents = _tensor("parents", parents, 2, _INDEX_DTYPES, "[B, D + 1]", device)
+    _shape("parents", parents, (B, D + 1), "[B, D + 1]")
+    parents, _, _, depth = _check_tree(parents, None if draft_lens is None else draft_lens + 1, max_depth, device)
     if not isinstance(siblings_without_replacement, bool):
         raise ValueError(f"siblings_without_replacement must be a bool, got {type(siblings_without_replacement).__name__}")
-    return torch.ops.trtspec.verify_sample(tokens, parents, target_probs, draft_probs, _u64("seed", seed),
-                                           _u64("offset", offset), siblings_without_replacement, num_nodes, depth)
+    if validate:
+        _check_probs("target_probs", target_probs, used)
+        read = used[:, 1:].contiguous()
+        if siblings_without_replacement and D:  # only a first child's row is read
+            idx = torch.arange(1, D + 1, device=device).expand(B, D)
+            par = parents[:, 1:].long().clamp(min=0)
+            first = torch.full((B, D + 1), D + 1, dtype=torch.int64, device=device)
+            first.scatter_reduce_(1, torch.where(read, par, D), torch.where(read, idx, D + 1), "amin")
+            read = read & (first.gather(1, par) == idx)
+        _check_probs("draft_probs", draft_probs, read)
+    return torch.ops.trtspec.verify_sample(draft_tokens, parents, target_probs, draft_probs, seed, offset,
+                                           siblings_without_replacement, draft_lens, depth)
 
 
-def verify_block(draft_tokens, target_probs, draft_probs, seed, offset, *, validate=True):
-    """Block verification of a chain of ``D`` drafts (Sun et al., ICLR 2025, https://arxiv.org/abs/2403.10444).
+def verify_block(draft_tokens, target_probs, draft_probs, seed, offset, draft_lens=None, *, validate=True):
+    """Block verification of a chain of drafts (Sun et al., ICLR 2025, https://arxiv.org/abs/2403.10444).
 
     Lossless, and never fewer accepted tokens in expectation than token-wise speculative
     sampling (Leviathan et al. 2023) on the same drafts: instead of stopping at the first
     rejected token it keeps a running weight ``w_i = min(1, w_{i-1} p(X_i)/q(X_i))`` and accepts
     the longest prefix ``tau`` whose test ``eta_i <= h_i`` passes, then samples the bonus from the
-    residual ``max(w_tau p_tau - q_tau, 0)`` (or from ``p_D`` when all D are accepted). See
-    :func:`trtspec.reference.verify_block` for the maths. Uniform draws: ``eta_i`` is draw
-    ``i - 1`` of request ``b``, the bonus draw ``D``.
+    residual ``max(w_tau p_tau - q_tau, 0)`` (or from ``p_d`` when all ``d = draft_lens[b]`` are
+    accepted). See :func:`trtspec.reference.verify_block` for the maths. Uniforms of request b:
+    ``eta_i = uniform(seed[b], offset[b], i, 0)``, the bonus ``uniform(seed[b], offset[b], tau, 1)``.
+    Ragged batches, as vLLM's block verifier takes them: request b verifies its first
+    ``draft_lens[b]`` drafts, exactly as it would alone.
+
+    Layout: the sampled verifiers' one layout (module docstring), the same tensors as
+    :func:`verify_sample` on a chain.
 
     Parameters
     ----------
     draft_tokens : torch.Tensor
-        int64 ``[B, D]``, ``0 <= D <= MAX_BLOCK_DRAFT``, ids in ``[0, V)``.
+        int32 or int64 ``[B, D]``, ``0 <= D <= MAX_BLOCK_DRAFT``; ids of the used drafts in ``[0, V)``.
     target_probs : torch.Tensor
-        float32 ``[B, D + 1, V]``: the target after 0..D drafts; rows finite, >= 0, summing to 1
-        within ``ROW_SUM_TOLERANCE``.
+        float32 ``[B, D + 1, V]``: the target after 0..D drafts; rows ``0..draft_lens[b]`` finite,
+        >= 0, summing to 1 within ``ROW_SUM_TOLERANCE``.
     draft_probs : torch.Tensor
-        float32 ``[B, D, V]``: the distributions the drafts were drawn from; same conditions.
-    seed, offset : int
-        Select the random stream; taken modulo 2**64.
+        float32 ``[B, D, V]``: the distributions the drafts were drawn from; same conditions on
+        rows ``0..draft_lens[b]-1``.
+    seed, offset : int or torch.Tensor
+        Request b's random stream, as in :func:`verify_sample`.
+    draft_lens : torch.Tensor, optional
+        int32 or int64 ``[B]``, ``0 <= draft_lens[b] <= D``; default D for every request.
     validate : bool, default True
-        Check every probability row; with False only the values the kernel reads are checked.
+        Check every probability row read; with False only the values the kernel reads are checked.
 
     Returns
     -------
@@ -357,26 +440,12 @@ def verify_block(draft_tokens, target_probs, draft_probs, seed, offset, *, valid
     bonus_token : torch.Tensor
         int64 ``[B]``.
     """
-    device = draft_tokens.device if isinstance(draft_tokens, torch.Tensor) else None
-    draft_tokens = _tensor("draft_tokens", draft_tokens, 2, (torch.int64,), "[B, D]", device)
-    B, D = draft_tokens.shape
-    if B > MAX_BATCH:
-        raise ValueError(f"draft_tokens.shape[0] (B) must be <= {MAX_BATCH}, got {B}")
-    if D > MAX_BLOCK_DRAFT:
-        raise ValueError(f"draft_tokens.shape[1] (D) must be <= {MAX_BLOCK_DRAFT}, got {D}")
-    target_probs = _tensor("target_probs", target_probs, 3, (torch.float32,), "[B, D + 1, V]", device)
-    if target_probs.shape[:2] != (B, D + 1) or target_probs.shape[2] < 1:
-        raise ValueError(f"target_probs must have shape ({B}, {D + 1}, V) [B, D + 1, V] with V >= 1, "
-                         f"got {tuple(target_probs.shape)}")
-    V = target_probs.shape[2]
-    draft_probs = _tensor("draft_probs", draft_probs, 3, (torch.float32,), "[B, D, V]", device)
-    _shape("draft_probs", draft_probs, (B, D, V), "[B, D, V]")
-    _check_tokens("draft_tokens", draft_tokens, V, torch.ones_like(draft_tokens, dtype=torch.bool))
+    draft_tokens, target_probs, draft_probs, seed, offset, draft_lens, used = _check_sampled(
+        draft_tokens, target_probs, draft_probs, seed, offset, draft_lens, MAX_BLOCK_DRAFT)
     if validate:
-        _check_probs("target_probs", target_probs, None)
-        _check_probs("draft_probs", draft_probs, None)
-    return torch.ops.trtspec.verify_block(draft_tokens, target_probs, draft_probs, _u64("seed", seed),
-                                          _u64("offset", offset))
+        _check_probs("target_probs", target_probs, used)
+        _check_probs("draft_probs", draft_probs, used[:, 1:].contiguous())
+    return torch.ops.trtspec.verify_block(draft_tokens, target_probs, draft_probs, seed, offset, draft_lens)
 
 
 def accepted_kv_indices(accepted_nodes, accepted_len, cache_lens):
@@ -462,13 +531,13 @@ def _verify_greedy_fake(tokens, parents, target_logits, num_nodes=None, max_dept
 
 
 @torch.library.register_fake("trtspec::verify_sample")
-def _verify_sample_fake(tokens, parents, target_probs, draft_probs, seed, offset,
-                        siblings_without_replacement=False, num_nodes=None, max_depth=None):
+def _verify_sample_fake(draft_tokens, parents, target_probs, draft_probs, seed, offset,
+                        siblings_without_replacement=False, draft_lens=None, max_depth=None):
     return _verify_outputs(parents, max_depth)
 
 
 @torch.library.register_fake("trtspec::verify_block")
-def _verify_block_fake(draft_tokens, target_probs, draft_probs, seed, offset):
+def _verify_block_fake(draft_tokens, target_probs, draft_probs, seed, offset, draft_lens=None):
     B = draft_tokens.shape[0]
     return draft_tokens.new_empty((B,), dtype=torch.int32), draft_tokens.new_empty((B,), dtype=torch.int64)
 

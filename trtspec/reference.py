@@ -10,16 +10,25 @@ Terms (see the project design notes):
   nodes are in topological order. A chain of D drafts is ``parents = [-1, 0, 1, ..., D-1]``.
 * ``num_nodes[b]`` (optional) says request ``b`` uses only nodes ``0 .. num_nodes[b]-1``; the rest
   are padding, ignored on input and written as zeros / ``-1`` on output.
-* ``tokens[b, i]`` is the token of node ``i``; ``tokens[b, 0]`` (the root) is not verified.
+* ``tokens[b, i]`` is the token of node ``i`` (verify_greedy); ``tokens[b, 0]`` (the root) is not
+  verified.
 * ``target_*[b, i]`` is the target's next-token distribution *after* node ``i`` (its logits or
   probabilities), so the verdict on a child ``c`` of ``u`` reads row ``u``.
-* ``draft_probs[b, u]`` is the distribution the drafter drew the children of ``u`` from.
 * **accepted** draft tokens exclude the *bonus* token (the target's own token emitted at the end
   of every step), so acceptance length ``AL = accepted_len + 1``.
 
-Randomness is counter based (:func:`uniform`): draw ``k`` of request ``b`` is a pure function of
-``(seed, offset, b, k)``, so the C++ kernels reproduce the reference bit for bit and a step is
-reproducible from its ``(seed, offset)`` alone.
+The two sampled verifiers (verify_sample, verify_block) share one layout, documented in
+:func:`trtspec.ops.verify_sample`: ``draft_tokens[b, j]`` is draft ``j`` = tree node ``j + 1`` (the
+root is not passed), ``target_probs[b, i]`` the target after node ``i`` (D + 1 rows),
+``draft_probs[b, j]`` the distribution draft ``j`` was drawn from (D rows), and ``draft_lens[b]``
+the drafts request ``b`` uses (the rest is padding, never read).
+
+Randomness is counter based (:func:`uniform`) and per request: the test of node ``i`` (draft
+``i - 1``) of request ``b`` uses ``uniform(seed[b], offset[b], i, 0)`` and a bonus drawn at node ``i``
+``uniform(seed[b], offset[b], i, 1)``, pure functions of the request's own stream and its own tree,
+never of its batch index or its neighbours. So the C++ kernels reproduce the reference bit for
+bit, a step is reproducible from ``(seed[b], offset[b])`` alone, a request gives the same verdict at
+every batch position, and both sampled verifiers draw the same uniforms on the same chain.
 """
 from __future__ import annotations
 
@@ -31,7 +40,7 @@ MASK64 = (1 << 64) - 1
 # ---------------------------------------------------------------------------------------------
 # Counter-based uniform random numbers (shared bit for bit with cpp/include/trtspec/random.h)
 # ---------------------------------------------------------------------------------------------
-def _mix64(z: int) -> int:
+def mix64(z: int) -> int:
     """SplitMix64 finaliser (Steele et al. 2014): a bijective avalanche of a 64-bit word."""
     z = (z + 0x9E3779B97F4A7C15) & MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
@@ -39,13 +48,20 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def uniform(seed: int, offset: int, b: int, k: int) -> float:
-    """Draw ``k`` of request ``b``: a float64 uniform in [0, 1) with 53 random bits.
+def uniform(seed: int, offset: int, node: int, j: int) -> float:
+    """Draw ``j`` at node (chain position) ``node`` of the random stream ``(seed, offset)``: a float64
+    uniform in [0, 1) with 53 random bits. The verifiers use ``j = 0`` to test a node, ``j = 1`` for
+    the bonus drawn at it.
 
-    ``u = (mix(seed ^ mix(offset ^ mix(b ^ mix(k)))) >> 11) * 2**-53``, all words unsigned 64-bit.
+    ``u = (mix(seed ^ mix(offset ^ mix(node ^ mix(j)))) >> 11) * 2**-53``, all words unsigned 64-bit.
     """
-    z = _mix64((seed & MASK64) ^ _mix64((offset & MASK64) ^ _mix64((b & MASK64) ^ _mix64(k & MASK64))))
+    z = mix64((seed & MASK64) ^ mix64((offset & MASK64) ^ mix64((node & MASK64) ^ mix64(j & MASK64))))
     return (z >> 11) * (1.0 / (1 << 53))
+
+
+def _word(stream, b: int) -> int:
+    """Request b's seed or offset: an int (the same for every request) or entry b of a ``[B]`` tensor."""
+    return (int(stream[b]) if isinstance(stream, torch.Tensor) else int(stream)) & MASK64
 
 
 def _sample(weights: torch.Tensor, u: float, fallback: torch.Tensor | None = None) -> int:
@@ -178,48 +194,58 @@ def verify_greedy(tokens, parents, target_logits, num_nodes=None, max_depth=None
 # ---------------------------------------------------------------------------------------------
 # 3. verify_sample: multi-draft recursive rejection sampling
 # ---------------------------------------------------------------------------------------------
-def verify_sample(tokens, parents, target_probs, draft_probs, seed, offset,
-                  siblings_without_replacement=False, num_nodes=None, max_depth=None):
+def _drafts(draft_lens, b: int, D: int) -> int:
+    return D if draft_lens is None else int(draft_lens[b])
+
+
+def verify_sample(draft_tokens, parents, target_probs, draft_probs, seed, offset,
+                  siblings_without_replacement=False, draft_lens=None, max_depth=None):
     """Lossless tree verification by recursive rejection sampling.
 
-    At node ``u`` with target distribution ``p = target_probs[u]`` and draft distribution
-    ``q = draft_probs[u]``, try the children ``x`` of ``u`` in index order::
+    At node ``u`` with target distribution ``p = target_probs[u]``, try the children ``c`` of ``u``
+    in index order, child ``c`` carrying draft ``x = draft_tokens[c-1]`` drawn from
+    ``q = draft_probs[c-1]``::
 
         accept x  iff  uniform * q(x) < p(x)          (probability min(1, p(x)/q(x)))
         on reject:  p <- normalize(max(p - q, 0))     (the residual; Leviathan et al. 2023)
-                    if siblings_without_replacement:  # children drawn without replacement,
-                        q(x) <- 0; q <- normalize(q)  # Jeon et al. 2024 (recursive RS w/o repl.)
+
+    Siblings drawn i.i.d. from one distribution carry the same row; a child drawn from its own
+    distribution (SpecInfer's several drafters) carries its own. With siblings_without_replacement
+    the children of ``u`` were drawn without replacement from the row of the first child, which
+    then stays the draft distribution of the group: after a rejection of ``x``,
+    ``q(x) <- 0; q <- normalize(q)`` (Jeon et al. 2024); later siblings' rows are not read.
 
     An accepted child becomes ``u`` and the walk goes on; when every child is rejected (or ``u``
-    is a leaf) the bonus token is sampled from the current ``p``. Uniform draws are taken in the
-    order they are used, ``k = 0, 1, 2, ...`` per request (the bonus draw included).
+    is a leaf) the bonus token is sampled from the current ``p``. The test of child ``c`` uses
+    ``uniform(seed[b], offset[b], c, 0)``, the bonus drawn at the final node ``u``
+    ``uniform(seed[b], offset[b], u, 1)``.
 
     Args:
-        tokens: int64 ``[B, N]``; parents: int32/int64 ``[B, N]``;
-        target_probs, draft_probs: float32 ``[B, N, V]``, rows summing to 1;
-        seed, offset: ints selecting the random stream; num_nodes, max_depth: as verify_greedy.
+        draft_tokens: int32/int64 ``[B, D]`` (draft j = node j+1); parents: int32/int64 ``[B, D+1]``;
+        target_probs: float32 ``[B, D+1, V]``; draft_probs: float32 ``[B, D, V]``, rows summing to 1;
+        seed, offset: ints or int64 ``[B]``; draft_lens: optional ``[B]`` in ``[0, D]`` (request b
+        uses nodes 0..draft_lens[b]); max_depth: static bound on tree depth (default ``D``).
 
     Returns: accepted_len int32 ``[B]``, accepted_nodes int32 ``[B, max_depth+1]``, bonus_token int64 ``[B]``.
     """
-    B, N = tokens.shape
+    B, N = parents.shape
     L = _max_depth(parents, max_depth) + 1
     accepted_len = torch.zeros(B, dtype=torch.int32)
     accepted_nodes = torch.full((B, L), -1, dtype=torch.int32)
     bonus = torch.zeros(B, dtype=torch.int64)
     for b in range(B):
-        n = N if num_nodes is None else int(num_nodes[b])
-        k = 0
+        n = _drafts(draft_lens, b, N - 1) + 1
+        s, o = _word(seed, b), _word(offset, b)
         u, path = 0, [0]
         p = target_probs[b, 0].float().clone()
         descended = True
         while descended:
-            descended = False
-            q = draft_probs[b, u].float().clone()
+            descended, q = False, None
             for c in _children(parents[b], u, n):
-                x = int(tokens[b, c])
-                r = uniform(seed, offset, b, k)
-                k += 1
-                if r * float(q[x]) < float(p[x]):         # accept with prob min(1, p/q)
+                if q is None or not siblings_without_replacement:
+                    q = draft_probs[b, c - 1].float().clone()   # the distribution draft c was drawn from
+                x = int(draft_tokens[b, c - 1])
+                if uniform(s, o, c, 0) * float(q[x]) < float(p[x]):  # accept with prob min(1, p/q)
                     u = c
                     path.append(c)
                     p = target_probs[b, c].float().clone()  # fresh target distribution below c
@@ -229,7 +255,7 @@ def verify_sample(tokens, parents, target_probs, draft_probs, seed, offset,
                 if siblings_without_replacement:
                     q[x] = 0.0
                     q = _normalize(q)
-        bonus[b] = _sample(p, uniform(seed, offset, b, k), fallback=target_probs[b, u].float())
+        bonus[b] = _sample(p, uniform(s, o, u, 1), fallback=target_probs[b, u].float())
         accepted_len[b] = len(path) - 1
         accepted_nodes[b] = _pack_path(path, L)
     return accepted_len, accepted_nodes, bonus
@@ -238,25 +264,26 @@ def verify_sample(tokens, parents, target_probs, draft_probs, seed, offset,
 # ---------------------------------------------------------------------------------------------
 # 4. verify_block: block verification of a chain (Sun et al., ICLR 2025, arXiv 2403.10444)
 # ---------------------------------------------------------------------------------------------
-def verify_block(draft_tokens, target_probs, draft_probs, seed, offset):
-    """Block verification of a chain of ``D`` drafts: lossless, and never fewer expected accepted
-    tokens than token-wise verification (optimal among verifiers that see only on-path
-    probabilities).
+def verify_block(draft_tokens, target_probs, draft_probs, seed, offset, draft_lens=None):
+    """Block verification of a chain of ``d = draft_lens[b]`` drafts: lossless, and never fewer
+    expected accepted tokens than token-wise verification (optimal among verifiers that see only
+    on-path probabilities).
 
     With ``p_i = target_probs[i]`` (the target after i drafts), ``q_i = draft_probs[i]`` and
-    drafts ``X_1..X_D`` (``X_{i+1} ~ q_i``), keep a running weight::
+    drafts ``X_1..X_d`` (``X_{i+1} = draft_tokens[i] ~ q_i``), keep a running weight::
 
         w_0 = 1,   w_i = min(1, w_{i-1} * p_{i-1}(X_i) / q_{i-1}(X_i))
         r_i(x) = max(w_i * p_i(x) - q_i(x), 0)                 # residual mass after i accepted
-        h_i = sum(r_i) / (sum(r_i) + 1 - w_i)  for i < D,   h_D = w_D
-        tau = the largest i in 1..D with eta_i <= h_i (eta_i uniform), else 0
-        bonus ~ normalize(r_tau)  if tau < D,   else ~ p_D
+        h_i = sum(r_i) / (sum(r_i) + 1 - w_i)  for i < d,   h_d = w_d
+        tau = the largest i in 1..d with eta_i <= h_i (eta_i uniform), else 0
+        bonus ~ normalize(r_tau)  if tau < d,   else ~ p_d
 
-    The uniforms are draws ``k = 0..D-1`` (eta_1..eta_D) and ``k = D`` for the bonus.
+    Uniforms: ``eta_i = uniform(seed[b], offset[b], i, 0)``, the bonus ``uniform(seed[b], offset[b], tau, 1)``.
 
     Args:
-        draft_tokens: int64 ``[B, D]``; target_probs: float32 ``[B, D+1, V]``;
-        draft_probs: float32 ``[B, D, V]``; seed, offset: ints.
+        draft_tokens: int32/int64 ``[B, D]``; target_probs: float32 ``[B, D+1, V]``;
+        draft_probs: float32 ``[B, D, V]``; seed, offset: ints or int64 ``[B]``;
+        draft_lens: optional ``[B]`` in ``[0, D]`` (default D).
 
     Returns: accepted_len int32 ``[B]`` (= tau), bonus_token int64 ``[B]``.
     """
@@ -264,27 +291,31 @@ def verify_block(draft_tokens, target_probs, draft_probs, seed, offset):
     accepted_len = torch.zeros(B, dtype=torch.int32)
     bonus = torch.zeros(B, dtype=torch.int64)
     for b in range(B):
+        d = _drafts(draft_lens, b, D)
+        s, o = _word(seed, b), _word(offset, b)
+
         def residual(i: int, w: float) -> torch.Tensor:  # r_i = max(w_i p_i - q_i, 0), float64 maths
             return torch.clamp(w * target_probs[b, i].double() - draft_probs[b, i].double(), min=0.0).float()
 
         w, tau = 1.0, 0
-        residuals = [residual(0, 1.0)] if D else []
-        for i in range(1, D + 1):
+        residuals = [residual(0, 1.0)] if d else []
+        for i in range(1, d + 1):
             x = int(draft_tokens[b, i - 1])
             p_x, q_x = float(target_probs[b, i - 1, x]), float(draft_probs[b, i - 1, x])
             w = min(1.0, w * p_x / q_x) if q_x > 0 else (1.0 if p_x > 0 else 0.0)
-            if i < D:
+            if i < d:
                 residuals.append(residual(i, w))
                 mass = torch.cumsum(residuals[i].double(), 0)[-1].item()
                 h = mass / (mass + 1.0 - w) if mass + 1.0 - w > 0 else 1.0
             else:
                 h = w
-            if uniform(seed, offset, b, i - 1) <= h:
+            if uniform(s, o, i, 0) <= h:
                 tau = i
-        if tau < D:
-            bonus[b] = _sample(residuals[tau], uniform(seed, offset, b, D), fallback=target_probs[b, tau].float())
+        ub = uniform(s, o, tau, 1)
+        if tau < d:
+            bonus[b] = _sample(residuals[tau], ub, fallback=target_probs[b, tau].float())
         else:
-            bonus[b] = _sample(target_probs[b, D].float(), uniform(seed, offset, b, D))
+            bonus[b] = _sample(target_probs[b, d].float(), ub)
         accepted_len[b] = tau
     return accepted_len, bonus
 

@@ -92,28 +92,53 @@ inline Status requestNodes(const int32_t* numNodes, int32_t b, int32_t nodes, in
     return (*n >= 1 && *n <= nodes) ? Status::kSuccess : Status::kInvalidTree;
 }
 
-// Start request b of a tree verification: clear its outputs (path -1, len 0, bonus 0), then check
-// num_nodes, the tree (topological, depth <= maxDepth) and the drafted token ids (nodes 1..n-1 in
-// [0, vocab)). On success `tree` holds the child lists and *n the request's node count.
-inline Status beginTreeRequest(const int32_t* numNodes, const int32_t* parents, const int64_t* tokens, int32_t b,
-                               int32_t nodes, int64_t vocab, int32_t maxDepth, TreeScratch& tree,
-                               int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken, int32_t* n) {
+// Token ids tok[0..count) in [0, vocab)? (int32 or int64 ids)
+template <typename Token>
+inline bool tokensInVocab(const Token* tok, int32_t count, int64_t vocab) {
+    for (int32_t i = 0; i < count; ++i)
+        if (tok[i] < 0 || static_cast<int64_t>(tok[i]) >= vocab) return false;
+    return true;
+}
+
+// Start request b of a tree verification over n nodes (parentsRow = its parents[0..N)): clear its
+// outputs (path -1, len 0, bonus 0), then check the tree (topological, depth <= maxDepth). On
+// success `tree` holds the child lists.
+inline Status beginTree(const int32_t* parentsRow, int32_t n, int32_t b, int32_t maxDepth, TreeScratch& tree,
+                        int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken) {
     const int64_t width = static_cast<int64_t>(maxDepth) + 1;
     int32_t* path = acceptedNodes + b * width;
     std::fill(path, path + width, -1);
     acceptedLen[b] = 0;
     bonusToken[b] = 0;
     int32_t deepest = 0;
+    const Status s = buildTree(parentsRow, n, tree.firstChild.data(), tree.nextSibling.data(), tree.lastChild.data(),
+                               tree.depth.data(), &deepest);
+    if (s != Status::kSuccess) return s;
+    return deepest > maxDepth ? Status::kTreeTooDeep : Status::kSuccess;
+}
+
+// beginTree for verify_greedy's node layout: num_nodes, then the token ids of nodes 1..n-1
+// (tokens [B,N], node i's token at column i). *n receives the request's node count.
+inline Status beginTreeRequest(const int32_t* numNodes, const int32_t* parents, const int64_t* tokens, int32_t b,
+                               int32_t nodes, int64_t vocab, int32_t maxDepth, TreeScratch& tree,
+                               int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken, int32_t* n) {
+    const int64_t width = static_cast<int64_t>(maxDepth) + 1;
+    std::fill(acceptedNodes + b * width, acceptedNodes + (b + 1) * width, -1);
+    acceptedLen[b] = 0;
+    bonusToken[b] = 0;
     Status s = requestNodes(numNodes, b, nodes, n);
     if (s != Status::kSuccess) return s;
-    s = buildTree(parents + static_cast<int64_t>(b) * nodes, *n, tree.firstChild.data(), tree.nextSibling.data(),
-                  tree.lastChild.data(), tree.depth.data(), &deepest);
+    s = beginTree(parents + static_cast<int64_t>(b) * nodes, *n, b, maxDepth, tree, acceptedLen, acceptedNodes,
+                  bonusToken);
     if (s != Status::kSuccess) return s;
-    if (deepest > maxDepth) return Status::kTreeTooDeep;
-    const int64_t* tok = tokens + static_cast<int64_t>(b) * nodes;
-    for (int32_t i = 1; i < *n; ++i)
-        if (tok[i] < 0 || tok[i] >= vocab) return Status::kInvalidToken;
-    return Status::kSuccess;
+    return tokensInVocab(tokens + static_cast<int64_t>(b) * nodes + 1, *n - 1, vocab) ? Status::kSuccess
+                                                                                      : Status::kInvalidToken;
+}
+
+// Drafts request b uses (D when draftLens is null); kInvalidDraftLen when out of [0, D].
+inline Status requestDrafts(const int32_t* draftLens, int32_t b, int32_t draftLen, int32_t* d) {
+    *d = draftLens ? draftLens[b] : draftLen;
+    return (*d >= 0 && *d <= draftLen) ? Status::kSuccess : Status::kInvalidDraftLen;
 }
 
 // ---- row passes (bit-identical to the reference's torch ops) -------------------------------

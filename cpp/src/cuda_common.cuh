@@ -120,19 +120,26 @@ __device__ int32_t nextChild(const int32_t* sParents, int32_t u, int32_t last, i
     return Block<kThreads>::min(best, s);
 }
 
+template <typename T>
+struct Same {
+    using type = T;
+};
+
 // Loads parents[0..n) of one request into shared memory and validates the tree (parents[0] == -1,
-// 0 <= parents[i] < i) and, when tokens != nullptr, tokens[1..n) in [0, vocab).
+// 0 <= parents[i] < i) and, when tokens != nullptr, the token of every node i in 1..n-1, at
+// tokens[i - tokenShift] (0: a token per node, root included; 1: draft tokens only), in [0, vocab).
+// Token (int64_t by default, or int32_t) is named explicitly, never deduced.
 // Returns true (on every thread) when the request is valid.
-template <int kThreads>
-__device__ bool loadTree(const int32_t* parents, const int64_t* tokens, int32_t n, int64_t vocab,
-                         int32_t* sParents) {
+template <int kThreads, typename Token = int64_t>
+__device__ bool loadTree(const int32_t* parents, const typename Same<Token>::type* tokens, int32_t n, int64_t vocab,
+                         int32_t* sParents, int32_t tokenShift = 0) {
     int bad = 0;
     for (int32_t i = threadIdx.x; i < n; i += kThreads) {
         const int32_t p = parents[i];
         sParents[i] = p;
         if (i == 0 ? p != -1 : (p < 0 || p >= i)) bad = 1;
         if (tokens != nullptr && i > 0) {
-            const int64_t t = tokens[i];
+            const int64_t t = static_cast<int64_t>(tokens[i - tokenShift]);
             if (t < 0 || t >= vocab) bad = 1;
         }
     }

@@ -16,6 +16,7 @@ const char* statusString(Status s) {
         case Status::kTreeTooDeep: return "tree too deep: a path does not fit in max_depth + 1 entries";
         case Status::kCudaError: return "CUDA error: a CUDA call or kernel launch failed";
         case Status::kNotCompiled: return "not compiled: this device path is not part of this build";
+        case Status::kInvalidDraftLen: return "invalid draft length: every draft_lens[b] must be in [0, D]";
     }
     return "unknown status";
 }

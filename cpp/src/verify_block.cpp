@@ -4,7 +4,8 @@
 // tau is the largest i with eta_i <= h_i, so the loop runs from i = D downwards and stops at the
 // first success: rows below tau are never read. The test eta_i <= h_i is decided from a fast
 // bracket of the residual mass (the sequential sum only when eta_i lands inside it), so its result
-// is that of the reference's sequential sum. Uniform draws: eta_i is draw i-1, the bonus is draw D.
+// is that of the reference's sequential sum. Uniforms of request b: eta_i is draw 0 at position i,
+// the bonus draw 1 at position tau, of the stream (seed[b], offset[b]); d = draft_lens[b] drafts.
 #include "cpu_common.h"
 #include "trtspec/random.h"
 
@@ -35,14 +36,14 @@ inline bool passes(double eta, const float* r, int64_t v, double w) {
     return eta <= hOf(detail::seqSum(r, v), w);
 }
 
-}  // namespace
-
-Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
-                   int32_t batch, int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset,
-                   int32_t* acceptedLen, int64_t* bonusToken) {
+template <typename Token>
+Status block(const Token* draftTokens, const float* targetProbs, const float* draftProbs, const int32_t* draftLens,
+             const int64_t* seed, const int64_t* offset, int32_t batch, int32_t draftLen, int64_t vocab,
+             int32_t* acceptedLen, int64_t* bonusToken) {
     if (batch < 0 || batch > kMaxBatch || draftLen < 0 || draftLen > kMaxBlockDraft || vocab < 1)
         return Status::kInvalidArgument;
-    if (batch > 0 && (!targetProbs || !acceptedLen || !bonusToken || (draftLen > 0 && (!draftTokens || !draftProbs))))
+    if (batch > 0 && (!targetProbs || !seed || !offset || !acceptedLen || !bonusToken ||
+                      (draftLen > 0 && (!draftTokens || !draftProbs))))
         return Status::kInvalidArgument;
     const int32_t D = draftLen;
     const double work = static_cast<double>(batch) * static_cast<double>(vocab) * 4;
@@ -53,16 +54,19 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
         for (int32_t b = b0; b < b1; ++b) {
             acceptedLen[b] = 0;
             bonusToken[b] = 0;
-            const int64_t* tok = draftTokens + static_cast<int64_t>(b) * D;
+            int32_t d = 0;  // this request's drafts
+            Status s = detail::requestDrafts(draftLens, b, D, &d);
+            if (s != Status::kSuccess) return s;
+            const Token* tok = draftTokens + static_cast<int64_t>(b) * D;
+            if (!detail::tokensInVocab(tok, d, vocab)) return Status::kInvalidToken;
+            const uint64_t rs = static_cast<uint64_t>(seed[b]), ro = static_cast<uint64_t>(offset[b]);
             auto target = [&](int32_t i) { return targetProbs + (static_cast<int64_t>(b) * (D + 1) + i) * vocab; };
             auto draft = [&](int32_t i) { return draftProbs + (static_cast<int64_t>(b) * D + i) * vocab; };
-            auto eta = [&](uint64_t k) { return uniform(seed, offset, static_cast<uint64_t>(b), k); };
-            for (int32_t i = 0; i < D; ++i)
-                if (tok[i] < 0 || tok[i] >= vocab) return Status::kInvalidToken;
+            auto eta = [&](int32_t i) { return uniform(rs, ro, static_cast<uint64_t>(i), 0); };  // eta_i
             // w_i = min(1, w_{i-1} p_{i-1}(X_i) / q_{i-1}(X_i))
             w[0] = 1.0;
-            for (int32_t i = 1; i <= D; ++i) {
-                const int64_t x = tok[i - 1];
+            for (int32_t i = 1; i <= d; ++i) {
+                const int64_t x = static_cast<int64_t>(tok[i - 1]);
                 const float px = target(i - 1)[x], qx = draft(i - 1)[x];
                 if (detail::badProb(px) || detail::badProb(qx)) return Status::kInvalidProbability;
                 if (qx > 0.0f) {
@@ -72,32 +76,32 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
                     w[i] = px > 0.0f ? 1.0 : 0.0;
                 }
             }
-            // tau = largest i in 1..D with eta_i <= h_i; h_D = w_D, h_i = |r_i| / (|r_i| + 1 - w_i)
+            // tau = largest i in 1..d with eta_i <= h_i; h_d = w_d, h_i = |r_i| / (|r_i| + 1 - w_i)
             int32_t tau = 0;
             bool haveResidual = false;  // buf holds r_tau
-            if (D >= 1 && eta(D - 1) <= w[D]) {
-                tau = D;
+            if (d >= 1 && eta(d) <= w[d]) {
+                tau = d;
             } else {
-                for (int32_t i = D - 1; i >= 1; --i) {
+                for (int32_t i = d - 1; i >= 1; --i) {
                     if (detail::residualF64(target(i), draft(i), w[i], buf.data(), vocab))
                         return Status::kInvalidProbability;
-                    if (passes(eta(i - 1), buf.data(), vocab, w[i])) {
+                    if (passes(eta(i), buf.data(), vocab, w[i])) {
                         tau = i;
                         haveResidual = true;
                         break;
                     }
                 }
             }
-            // bonus ~ normalize(r_tau) if tau < D (target row tau if rounding emptied r_tau), else ~ p_D
-            const double ub = eta(static_cast<uint64_t>(D));
+            // bonus ~ normalize(r_tau) if tau < d (target row tau if rounding emptied r_tau), else ~ p_d
+            const double ub = uniform(rs, ro, static_cast<uint64_t>(tau), 1);
             int64_t y;
-            if (tau < D) {
+            if (tau < d) {
                 if (!haveResidual && detail::residualF64(target(tau), draft(tau), w[tau], buf.data(), vocab))
                     return Status::kInvalidProbability;
                 y = detail::sampleRow(buf.data(), vocab, ub, cdf.data(), /*check=*/false);
                 if (y == -2) y = detail::sampleRow(target(tau), vocab, ub, cdf.data());
             } else {
-                y = detail::sampleRow(target(D), vocab, ub, cdf.data());
+                y = detail::sampleRow(target(d), vocab, ub, cdf.data());
             }
             if (y < 0) return Status::kInvalidProbability;
             bonusToken[b] = y;
@@ -105,6 +109,22 @@ Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const f
         }
         return Status::kSuccess;
     });
+}
+
+}  // namespace
+
+Status verifyBlock(const int32_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                   const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch,
+                   int32_t draftLen, int64_t vocab, int32_t* acceptedLen, int64_t* bonusToken) {
+    return block(draftTokens, targetProbs, draftProbs, draftLens, seed, offset, batch, draftLen, vocab, acceptedLen,
+                 bonusToken);
+}
+
+Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                   const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch,
+                   int32_t draftLen, int64_t vocab, int32_t* acceptedLen, int64_t* bonusToken) {
+    return block(draftTokens, targetProbs, draftProbs, draftLens, seed, offset, batch, draftLen, vocab, acceptedLen,
+                 bonusToken);
 }
 
 }  // namespace cpu

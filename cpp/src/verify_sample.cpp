@@ -4,6 +4,8 @@
 //
 // Only what the walk needs is read: p(x), q(x) for an accept test, the full rows of p and q after
 // a rejection, and the bonus row. Every value read is checked (NaN/Inf/negative -> error).
+// Request b's uniforms come from (seed[b], offset[b]) and its own tree: the test of node c is draw
+// (c, 0), the bonus drawn at node u draw (u, 1).
 #include "cpu_common.h"
 #include "trtspec/random.h"
 
@@ -37,19 +39,18 @@ struct LazyRow {
     }
 };
 
-}  // namespace
-
-Status verifySample(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
-                    const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
-                    int64_t vocab, int32_t maxDepth, uint64_t seed, uint64_t offset,
-                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
-                    int64_t* bonusToken) {
-    if (batch < 0 || batch > kMaxBatch || nodes < 1 || nodes > kMaxNodes || vocab < 1 || maxDepth < 0 ||
+template <typename Token>
+Status sample(const Token* draftTokens, const int32_t* parents, const float* targetProbs, const float* draftProbs,
+              const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch, int32_t draftLen,
+              int64_t vocab, int32_t maxDepth, bool siblingsWithoutReplacement, int32_t* acceptedLen,
+              int32_t* acceptedNodes, int64_t* bonusToken) {
+    if (batch < 0 || batch > kMaxBatch || draftLen < 0 || draftLen >= kMaxNodes || vocab < 1 || maxDepth < 0 ||
         maxDepth >= kMaxNodes)
         return Status::kInvalidArgument;
-    if (batch > 0 && (!tokens || !parents || !targetProbs || !draftProbs || !acceptedLen || !acceptedNodes ||
-                      !bonusToken))
+    if (batch > 0 && (!parents || !targetProbs || !seed || !offset || !acceptedLen || !acceptedNodes ||
+                      !bonusToken || (draftLen > 0 && (!draftTokens || !draftProbs))))
         return Status::kInvalidArgument;
+    const int32_t D = draftLen, nodes = draftLen + 1;
     const int64_t width = static_cast<int64_t>(maxDepth) + 1;
     const double work = static_cast<double>(batch) * (static_cast<double>(vocab) * 4 + nodes);
     return detail::parallelFor(batch, detail::numThreads(batch, work), [&](int32_t b0, int32_t b1) {
@@ -58,19 +59,21 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
         std::vector<double> cdf(vocab);
         for (int32_t b = b0; b < b1; ++b) {
             int32_t* path = acceptedNodes + b * width;
-            const int64_t* tok = tokens + static_cast<int64_t>(b) * nodes;
-            int32_t n = 0;
-            Status s = detail::beginTreeRequest(numNodes, parents, tokens, b, nodes, vocab, maxDepth, tree, acceptedLen,
-                                                acceptedNodes, bonusToken, &n);
+            const Token* tok = draftTokens + static_cast<int64_t>(b) * D;  // node c's token: tok[c - 1]
+            int32_t d = 0;
+            Status s = detail::requestDrafts(draftLens, b, D, &d);
+            if (s == Status::kSuccess)
+                s = detail::beginTree(parents + static_cast<int64_t>(b) * nodes, d + 1, b, maxDepth, tree,
+                                      acceptedLen, acceptedNodes, bonusToken);
+            if (s == Status::kSuccess && !detail::tokensInVocab(tok, d, vocab)) s = Status::kInvalidToken;
             if (s != Status::kSuccess) return s;
+            const uint64_t rs = static_cast<uint64_t>(seed[b]), ro = static_cast<uint64_t>(offset[b]);
 
-            auto row = [&](const float* base, int32_t node) {
-                return base + (static_cast<int64_t>(b) * nodes + node) * vocab;
-            };
-            uint64_t k = 0;
+            auto target = [&](int32_t node) { return targetProbs + (static_cast<int64_t>(b) * nodes + node) * vocab; };
+            auto draft = [&](int32_t node) { return draftProbs + (static_cast<int64_t>(b) * D + node - 1) * vocab; };
             int32_t u = 0, len = 0;
             path[0] = 0;
-            const float* p = row(targetProbs, 0);  // current target distribution (a row or pbuf)
+            const float* p = target(0);  // current target distribution (a row or pbuf)
             // Lazy normalisation: after a rejection pbuf holds r = max(p - q, 0) and p = r / total
             // (and, without replacement, qbuf = q with q(x) = 0, divided by its sum); the sums are
             // only bracketed until a row is needed in full, and an accept test usually decides
@@ -82,11 +85,12 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
             bool descended = true;
             while (descended) {
                 descended = false;
-                const float* q = row(draftProbs, u);  // a row, or qbuf once a sibling was removed
+                const float* q = nullptr;  // the child's row, or qbuf once a sibling was removed
                 lq.pending = false;
                 for (int32_t c = tree.firstChild[u]; c >= 0; c = tree.nextSibling[c]) {
-                    const int64_t x = tok[c];
-                    const double r = uniform(seed, offset, static_cast<uint64_t>(b), k++);
+                    if (!siblingsWithoutReplacement || q == nullptr) q = draft(c);  // what draft c was drawn from
+                    const int64_t x = static_cast<int64_t>(tok[c - 1]);
+                    const double r = uniform(rs, ro, static_cast<uint64_t>(c), 0);
                     double pLo, pHi, qLo, qHi;  // p(x) and q(x), exact or bracketed
                     if (lp.pending) {
                         pLo = lp.lower(x);
@@ -115,7 +119,7 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
                     if (accept) {
                         u = c;
                         path[++len] = c;
-                        p = row(targetProbs, c);
+                        p = target(c);
                         lp.pending = false;
                         descended = true;
                         break;
@@ -136,16 +140,36 @@ Status verifySample(const int64_t* tokens, const int32_t* parents, const float* 
             }
             lp.materialize();
             // bonus ~ p; if rounding emptied the residual, ~ the target row of the last accepted node
-            const double ub = uniform(seed, offset, static_cast<uint64_t>(b), k);
+            const double ub = uniform(rs, ro, static_cast<uint64_t>(u), 1);
             int64_t y = detail::sampleRow(p, vocab, ub, cdf.data(), /*check=*/p != pbuf.data());
-            const float* target = row(targetProbs, u);
-            if (y == -2 && p != target) y = detail::sampleRow(target, vocab, ub, cdf.data());
+            const float* last = target(u);
+            if (y == -2 && p != last) y = detail::sampleRow(last, vocab, ub, cdf.data());
             if (y < 0) return Status::kInvalidProbability;
             bonusToken[b] = y;
             acceptedLen[b] = len;
         }
         return Status::kSuccess;
     });
+}
+
+}  // namespace
+
+Status verifySample(const int32_t* draftTokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* draftLens, const int64_t* seed, const int64_t* offset,
+                    int32_t batch, int32_t draftLen, int64_t vocab, int32_t maxDepth,
+                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                    int64_t* bonusToken) {
+    return sample(draftTokens, parents, targetProbs, draftProbs, draftLens, seed, offset, batch, draftLen, vocab,
+                  maxDepth, siblingsWithoutReplacement, acceptedLen, acceptedNodes, bonusToken);
+}
+
+Status verifySample(const int64_t* draftTokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* draftLens, const int64_t* seed, const int64_t* offset,
+                    int32_t batch, int32_t draftLen, int64_t vocab, int32_t maxDepth,
+                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                    int64_t* bonusToken) {
+    return sample(draftTokens, parents, targetProbs, draftProbs, draftLens, seed, offset, batch, draftLen, vocab,
+                  maxDepth, siblingsWithoutReplacement, acceptedLen, acceptedNodes, bonusToken);
 }
 
 }  // namespace cpu

@@ -14,7 +14,7 @@ static int failures = 0;
 
 int main() {
     using trtspec::uniform;
-    // reference.uniform(seed, offset, b, k).hex()
+    // reference.uniform(seed, offset, node, j).hex()
     CHECK(uniform(0, 0, 0, 0) == 0x1.0983a45556400p-3);
     CHECK(uniform(1, 2, 3, 4) == 0x1.1fb22a49da3e0p-2);
     CHECK(uniform(18446744073709551615ull, 9223372036854775808ull, 99, 7) == 0x1.59af45e852b38p-2);

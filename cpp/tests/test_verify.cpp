@@ -130,23 +130,26 @@ static void testGreedyPoisonAndErrors() {
 
 static void testSampleEqualDistributionsAcceptEverything() {
     // p == q: every draft accepted (u * q(x) < p(x) for u < 1); the bonus comes from p at the leaf
-    const int32_t B = 4, N = 5;
+    const int32_t B = 4, N = 5, D = N - 1;
     const int64_t V = 16;
-    std::vector<float> probs(B * N * V);
+    std::vector<float> probs(B * N * V), draft(B * D * V);
     for (int32_t r = 0; r < B * N; ++r)
         for (int64_t v = 0; v < V; ++v) probs[r * V + v] = (v == r % V || v == (r + 3) % V) ? 0.5f : 0.0f;
-    std::vector<int32_t> parents(B * N);
-    std::vector<int64_t> tokens(B * N, 0);
+    std::vector<int32_t> parents(B * N), tokens(B * D);  // int32 draft tokens
     for (int32_t b = 0; b < B; ++b)
         for (int32_t i = 0; i < N; ++i) {
             parents[b * N + i] = i - 1;
-            if (i > 0) tokens[b * N + i] = (b * N + i - 1) % V;  // in the support of the parent's row
+            if (i == 0) continue;
+            tokens[b * D + i - 1] = (b * N + i - 1) % V;  // in the support of the parent's row
+            std::copy(&probs[(b * N + i - 1) * V], &probs[(b * N + i) * V], &draft[(b * D + i - 1) * V]);
         }
+    const std::vector<int64_t> seed(B, 99), offset(B, 7);
     for (bool wor : {false, true}) {
         std::vector<int32_t> len(B, kPoison32), nodes(B * N, kPoison32);
         std::vector<int64_t> bonus(B, kPoison64);
-        CHECK(trtspec::cpu::verifySample(tokens.data(), parents.data(), probs.data(), probs.data(), nullptr, B, N, V,
-                                         N - 1, 99, 7, wor, len.data(), nodes.data(), bonus.data()) == Status::kSuccess);
+        CHECK(trtspec::cpu::verifySample(tokens.data(), parents.data(), probs.data(), draft.data(), nullptr,
+                                         seed.data(), offset.data(), B, D, V, N - 1, wor, len.data(), nodes.data(),
+                                         bonus.data()) == Status::kSuccess);
         for (int32_t b = 0; b < B; ++b) {
             CHECK(len[b] == N - 1);
             for (int32_t i = 0; i < N; ++i) CHECK(nodes[b * N + i] == i);
@@ -154,23 +157,39 @@ static void testSampleEqualDistributionsAcceptEverything() {
             CHECK(bonus[b] == leafRow % V || bonus[b] == (leafRow + 3) % V);
         }
     }
-    // NaN at a value the walk reads, and an all-zero target row: errors, never out-of-bounds reads
-    std::vector<float> bad = probs;
-    bad[0 * V + tokens[1]] = NAN;
+    // ragged: request b uses b drafts (the rest is never read: poison it)
+    std::vector<int32_t> lens{0, 1, 2, 3};
+    std::vector<int32_t> padded = tokens;
+    for (int32_t b = 0; b < B; ++b)
+        for (int32_t j = lens[b]; j < D; ++j) padded[b * D + j] = -7;
     std::vector<int32_t> len(B), nodes(B * N);
     std::vector<int64_t> bonus(B);
-    CHECK(trtspec::cpu::verifySample(tokens.data(), parents.data(), bad.data(), probs.data(), nullptr, B, N, V, N - 1,
-                                     99, 7, false, len.data(), nodes.data(), bonus.data()) ==
+    CHECK(trtspec::cpu::verifySample(padded.data(), parents.data(), probs.data(), draft.data(), lens.data(), seed.data(),
+                                     offset.data(), B, D, V, N - 1, false, len.data(), nodes.data(), bonus.data()) ==
+          Status::kSuccess);
+    for (int32_t b = 0; b < B; ++b) CHECK(len[b] == lens[b] && nodes[b * N + lens[b]] == lens[b]);
+    lens[2] = D + 1;
+    CHECK(trtspec::cpu::verifySample(padded.data(), parents.data(), probs.data(), draft.data(), lens.data(), seed.data(),
+                                     offset.data(), B, D, V, N - 1, false, len.data(), nodes.data(), bonus.data()) ==
+          Status::kInvalidDraftLen);
+    // NaN at a value the walk reads, and an all-zero target row: errors, never out-of-bounds reads
+    std::vector<float> bad = probs;
+    bad[0 * V + tokens[0]] = NAN;
+    CHECK(trtspec::cpu::verifySample(tokens.data(), parents.data(), bad.data(), draft.data(), nullptr, seed.data(),
+                                     offset.data(), B, D, V, N - 1, false, len.data(), nodes.data(), bonus.data()) ==
           Status::kInvalidProbability);
     std::vector<float> zeros(B * N * V, 0.0f);
-    CHECK(trtspec::cpu::verifySample(tokens.data(), parents.data(), zeros.data(), probs.data(), nullptr, B, N, V,
-                                     N - 1, 99, 7, true, len.data(), nodes.data(), bonus.data()) ==
+    CHECK(trtspec::cpu::verifySample(tokens.data(), parents.data(), zeros.data(), draft.data(), nullptr, seed.data(),
+                                     offset.data(), B, D, V, N - 1, true, len.data(), nodes.data(), bonus.data()) ==
           Status::kInvalidProbability);
-    std::vector<int64_t> badTok = tokens;
-    badTok[N + 2] = V + 1000000;
-    CHECK(trtspec::cpu::verifySample(badTok.data(), parents.data(), probs.data(), probs.data(), nullptr, B, N, V,
-                                     N - 1, 99, 7, false, len.data(), nodes.data(), bonus.data()) ==
+    std::vector<int64_t> badTok(tokens.begin(), tokens.end());  // int64 ids
+    badTok[D + 2] = V + 1000000;
+    CHECK(trtspec::cpu::verifySample(badTok.data(), parents.data(), probs.data(), draft.data(), nullptr, seed.data(),
+                                     offset.data(), B, D, V, N - 1, false, len.data(), nodes.data(), bonus.data()) ==
           Status::kInvalidToken);
+    CHECK(trtspec::cpu::verifySample(badTok.data(), parents.data(), probs.data(), draft.data(), nullptr, nullptr,
+                                     offset.data(), B, D, V, N - 1, false, len.data(), nodes.data(), bonus.data()) ==
+          Status::kInvalidArgument);  // no seeds
 }
 
 static void testBlock() {
@@ -180,26 +199,39 @@ static void testBlock() {
     std::vector<float> target(B * (D + 1) * V, 1.0f / V), draft(B * D * V, 1.0f / V);
     std::vector<int64_t> tokens(B * D);
     for (auto& t : tokens) t = next32() % V;
+    const std::vector<int64_t> seed{5, 5, -5}, offset{6, 7, 8};
     std::vector<int32_t> len(B, kPoison32);
     std::vector<int64_t> bonus(B, kPoison64);
-    CHECK(trtspec::cpu::verifyBlock(tokens.data(), target.data(), draft.data(), B, D, V, 5, 6, len.data(),
-                                    bonus.data()) == Status::kSuccess);
+    CHECK(trtspec::cpu::verifyBlock(tokens.data(), target.data(), draft.data(), nullptr, seed.data(), offset.data(), B,
+                                    D, V, len.data(), bonus.data()) == Status::kSuccess);
     for (int32_t b = 0; b < B; ++b) CHECK(len[b] == D && bonus[b] >= 0 && bonus[b] < V);
+    // ragged: tau = draft_lens[b]; padding tokens are never read
+    const std::vector<int32_t> lens{2, 0, 4};
+    tokens[2] = tokens[3] = -1;
+    CHECK(trtspec::cpu::verifyBlock(tokens.data(), target.data(), draft.data(), lens.data(), seed.data(),
+                                    offset.data(), B, D, V, len.data(), bonus.data()) == Status::kSuccess);
+    for (int32_t b = 0; b < B; ++b) CHECK(len[b] == lens[b]);
+    const std::vector<int32_t> badLens{2, 5, 4};
+    CHECK(trtspec::cpu::verifyBlock(tokens.data(), target.data(), draft.data(), badLens.data(), seed.data(),
+                                    offset.data(), B, D, V, len.data(), bonus.data()) == Status::kInvalidDraftLen);
     // D=1, V=2: p = [1, 0], q = [0, 1], draft token 1: w_1 = 0, tau = 0, bonus from max(p - q, 0) = [1, 0]
     const float t2[4] = {1.0f, 0.0f, 0.5f, 0.5f}, d2[2] = {0.0f, 1.0f};
-    const int64_t tok2[1] = {1};
+    const int32_t tok2[1] = {1};
+    const int64_t s2[1] = {0}, o2[1] = {0};
     int32_t l2 = kPoison32;
     int64_t b2 = kPoison64;
-    CHECK(trtspec::cpu::verifyBlock(tok2, t2, d2, 1, 1, 2, 0, 0, &l2, &b2) == Status::kSuccess);
+    CHECK(trtspec::cpu::verifyBlock(tok2, t2, d2, nullptr, s2, o2, 1, 1, 2, &l2, &b2) == Status::kSuccess);
     CHECK(l2 == 0 && b2 == 0);
-    const int64_t badTok[1] = {2};
-    CHECK(trtspec::cpu::verifyBlock(badTok, t2, d2, 1, 1, 2, 0, 0, &l2, &b2) == Status::kInvalidToken);
+    const int32_t badTok[1] = {2};
+    CHECK(trtspec::cpu::verifyBlock(badTok, t2, d2, nullptr, s2, o2, 1, 1, 2, &l2, &b2) == Status::kInvalidToken);
     const float dNeg[2] = {-0.5f, 1.5f};
-    CHECK(trtspec::cpu::verifyBlock(tok2, t2, dNeg, 1, 1, 2, 0, 0, &l2, &b2) == Status::kInvalidProbability);
-    CHECK(trtspec::cpu::verifyBlock(tok2, t2, d2, 1, trtspec::kMaxBlockDraft + 1, 2, 0, 0, &l2, &b2) ==
+    CHECK(trtspec::cpu::verifyBlock(tok2, t2, dNeg, nullptr, s2, o2, 1, 1, 2, &l2, &b2) ==
+          Status::kInvalidProbability);
+    CHECK(trtspec::cpu::verifyBlock(tok2, t2, d2, nullptr, s2, o2, 1, trtspec::kMaxBlockDraft + 1, 2, &l2, &b2) ==
           Status::kInvalidArgument);
     // D = 0: the bonus comes from target row 0
-    CHECK(trtspec::cpu::verifyBlock(nullptr, t2, nullptr, 1, 0, 2, 0, 0, &l2, &b2) == Status::kSuccess);
+    CHECK(trtspec::cpu::verifyBlock(static_cast<const int64_t*>(nullptr), t2, nullptr, nullptr, s2, o2, 1, 0, 2, &l2,
+                                    &b2) == Status::kSuccess);
     CHECK(l2 == 0 && b2 == 0);
 }
 

@@ -16,11 +16,11 @@ TORCH_LIBRARY(trtspec, m) {
     m.def("tree_metadata(Tensor parents, Tensor? num_nodes=None) -> (Tensor, Tensor, Tensor, Tensor)");
     m.def("verify_greedy(Tensor tokens, Tensor parents, Tensor target_logits, Tensor? num_nodes=None, "
           "int? max_depth=None) -> (Tensor, Tensor, Tensor)");
-    m.def("verify_sample(Tensor tokens, Tensor parents, Tensor target_probs, Tensor draft_probs, int seed, "
-          "int offset, bool siblings_without_replacement=False, Tensor? num_nodes=None, int? max_depth=None) "
+    m.def("verify_sample(Tensor draft_tokens, Tensor parents, Tensor target_probs, Tensor draft_probs, Tensor seed, "
+          "Tensor offset, bool siblings_without_replacement=False, Tensor? draft_lens=None, int? max_depth=None) "
           "-> (Tensor, Tensor, Tensor)");
-    m.def("verify_block(Tensor draft_tokens, Tensor target_probs, Tensor draft_probs, int seed, int offset) "
-          "-> (Tensor, Tensor)");
+    m.def("verify_block(Tensor draft_tokens, Tensor target_probs, Tensor draft_probs, Tensor seed, Tensor offset, "
+          "Tensor? draft_lens=None) -> (Tensor, Tensor)");
     m.def("accepted_kv_indices(Tensor accepted_nodes, Tensor accepted_len, Tensor cache_lens) "
           "-> (Tensor, Tensor, Tensor)");
 }

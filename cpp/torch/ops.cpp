@@ -165,71 +165,18 @@ std::tuple<Tensor, Tensor, Tensor> verifyGreedy(const Tensor& tokens, const Tens
     return {acceptedLen, acceptedNodes, bonus};
 }
 
-// ---- verify_sample -------------------------------------------------------------------------
-std::tuple<Tensor, Tensor, Tensor> verifySample(const Tensor& tokens, const Tensor& parents, const Tensor& targetProbs,
-                                                const Tensor& draftProbs, int64_t seed, int64_t offset,
-                                                bool withoutReplacement, const OptTensor& numNodes,
-                                                std::optional<int64_t> maxDepth) {
-    const char* op = "verify_sample";
-    checkDevice(op, parents);
-    checkTensor(op, "parents", parents, 2, at::kInt, parents);  // [B, N]
-    int64_t N = 0;
-    const int32_t B = checkBatchNodes(op, parents, &N);
-    checkTensor(op, "tokens", tokens, 2, at::kLong, parents);  // [B, N]
-    checkSize(op, "tokens", tokens, 0, B);
-    checkSize(op, "tokens", tokens, 1, N);
-    checkTensor(op, "target_probs", targetProbs, 3, at::kFloat, parents);  // [B, N, V]
-    checkSize(op, "target_probs", targetProbs, 0, B);
-    checkSize(op, "target_probs", targetProbs, 1, N);
-    const int64_t V = targetProbs.size(2);
-    TORCH_CHECK(V >= 1, "trtspec::", op, ": target_probs.shape[2] (V) must be >= 1");
-    checkTensor(op, "draft_probs", draftProbs, 3, at::kFloat, parents);  // [B, N, V]
-    checkSize(op, "draft_probs", draftProbs, 0, B);
-    checkSize(op, "draft_probs", draftProbs, 1, N);
-    checkSize(op, "draft_probs", draftProbs, 2, V);
-    const int32_t* nn = numNodesPtr(op, numNodes, parents);
-    const int32_t D = maxDepthOf(op, maxDepth, N);
-    const auto opts = parents.options();
-    Tensor acceptedLen = at::empty({B}, opts.dtype(at::kInt));           // [B]
-    Tensor acceptedNodes = at::empty({B, D + 1}, opts.dtype(at::kInt));  // [B, max_depth + 1]
-    Tensor bonus = at::empty({B}, opts.dtype(at::kLong));                // [B]
-    // seed/offset arrive as int64 (the schema's int) and are the same 64 bits unsigned
-    const uint64_t useed = static_cast<uint64_t>(seed), uoffset = static_cast<uint64_t>(offset);
-    trtspec::Status s;
-    if (parents.is_cuda()) {
-#ifdef TRTSPEC_WITH_CUDA
-        TRTSPEC_CUDA_GUARD(parents);
-        const size_t bytes = trtspec::cuda::verifySampleWorkspaceSize(B, V);
-        Tensor ws = workspace(bytes, parents);
-        s = trtspec::cuda::verifySample(tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(),
-                                        targetProbs.data_ptr<float>(), draftProbs.data_ptr<float>(), nn, B,
-                                        static_cast<int32_t>(N), V, D, useed, uoffset, withoutReplacement,
-                                        acceptedLen.data_ptr<int32_t>(), acceptedNodes.data_ptr<int32_t>(),
-                                        bonus.data_ptr<int64_t>(), ws.data_ptr(), bytes, currentStream());
-#else
-        TRTSPEC_NO_CUDA(op);
-#endif
-    } else {
-        s = trtspec::cpu::verifySample(tokens.data_ptr<int64_t>(), parents.data_ptr<int32_t>(),
-                                       targetProbs.data_ptr<float>(), draftProbs.data_ptr<float>(), nn, B,
-                                       static_cast<int32_t>(N), V, D, useed, uoffset, withoutReplacement,
-                                       acceptedLen.data_ptr<int32_t>(), acceptedNodes.data_ptr<int32_t>(),
-                                       bonus.data_ptr<int64_t>());
-    }
-    checkStatus(op, s);
-    return {acceptedLen, acceptedNodes, bonus};
-}
-
-// ---- verify_block --------------------------------------------------------------------------
-std::tuple<Tensor, Tensor> verifyBlock(const Tensor& draftTokens, const Tensor& targetProbs, const Tensor& draftProbs,
-                                       int64_t seed, int64_t offset) {
-    const char* op = "verify_block";
+// ---- the sampled verifiers: one layout (draft tokens [B, D], target [B, D+1, V], draft [B, D, V]) --
+// Checks what verify_sample and verify_block share and returns D; B comes from draft_tokens.
+int64_t checkSampledInputs(const char* op, const Tensor& draftTokens, const Tensor& targetProbs,
+                           const Tensor& draftProbs, const Tensor& seed, const Tensor& offset,
+                           const OptTensor& draftLens, int64_t maxDraft) {
     checkDevice(op, draftTokens);
-    checkTensor(op, "draft_tokens", draftTokens, 2, at::kLong, draftTokens);  // [B, D]
+    TORCH_CHECK(draftTokens.scalar_type() == at::kInt || draftTokens.scalar_type() == at::kLong, "trtspec::", op,
+                ": draft_tokens must be Int or Long, got ", draftTokens.scalar_type());
+    checkTensor(op, "draft_tokens", draftTokens, 2, draftTokens.scalar_type(), draftTokens);  // [B, D]
     const int64_t B = draftTokens.size(0), D = draftTokens.size(1);
     TORCH_CHECK(B <= trtspec::kMaxBatch, "trtspec::", op, ": batch must be <= ", trtspec::kMaxBatch, ", got ", B);
-    TORCH_CHECK(D <= trtspec::kMaxBlockDraft, "trtspec::", op, ": draft_tokens.shape[1] (D) must be <= ",
-                trtspec::kMaxBlockDraft, ", got ", D);
+    TORCH_CHECK(D <= maxDraft, "trtspec::", op, ": draft_tokens.shape[1] (D) must be <= ", maxDraft, ", got ", D);
     checkTensor(op, "target_probs", targetProbs, 3, at::kFloat, draftTokens);  // [B, D+1, V]
     checkSize(op, "target_probs", targetProbs, 0, B);
     checkSize(op, "target_probs", targetProbs, 1, D + 1);
@@ -239,27 +186,109 @@ std::tuple<Tensor, Tensor> verifyBlock(const Tensor& draftTokens, const Tensor& 
     checkSize(op, "draft_probs", draftProbs, 0, B);
     checkSize(op, "draft_probs", draftProbs, 1, D);
     checkSize(op, "draft_probs", draftProbs, 2, V);
+    checkTensor(op, "seed", seed, 1, at::kLong, draftTokens);  // [B]
+    checkSize(op, "seed", seed, 0, B);
+    checkTensor(op, "offset", offset, 1, at::kLong, draftTokens);  // [B]
+    checkSize(op, "offset", offset, 0, B);
+    if (draftLens.has_value()) {
+        checkTensor(op, "draft_lens", *draftLens, 1, at::kInt, draftTokens);  // [B]
+        checkSize(op, "draft_lens", *draftLens, 0, B);
+    }
+    return D;
+}
+
+const int32_t* optionalData(const OptTensor& t) { return t.has_value() ? t->data_ptr<int32_t>() : nullptr; }
+
+// The launcher's overload for the draft tokens' dtype (int32 or int64).
+template <typename Fn>
+trtspec::Status withTokens(const Tensor& draftTokens, Fn fn) {
+    if (draftTokens.scalar_type() == at::kInt) return fn(draftTokens.data_ptr<int32_t>());
+    return fn(draftTokens.data_ptr<int64_t>());
+}
+
+// ---- verify_sample -------------------------------------------------------------------------
+std::tuple<Tensor, Tensor, Tensor> verifySample(const Tensor& draftTokens, const Tensor& parents,
+                                                const Tensor& targetProbs, const Tensor& draftProbs,
+                                                const Tensor& seed, const Tensor& offset, bool withoutReplacement,
+                                                const OptTensor& draftLens, std::optional<int64_t> maxDepth) {
+    const char* op = "verify_sample";
+    const int64_t D = checkSampledInputs(op, draftTokens, targetProbs, draftProbs, seed, offset, draftLens,
+                                         trtspec::kMaxNodes - 1);
+    const int32_t B = static_cast<int32_t>(draftTokens.size(0));
+    const int64_t V = targetProbs.size(2);
+    checkTensor(op, "parents", parents, 2, at::kInt, draftTokens);  // [B, D+1]
+    checkSize(op, "parents", parents, 0, B);
+    checkSize(op, "parents", parents, 1, D + 1);
+    const int32_t L = maxDepthOf(op, maxDepth, D + 1) + 1;
     const auto opts = draftTokens.options();
-    Tensor acceptedLen = at::empty({B}, opts.dtype(at::kInt));  // [B]
-    Tensor bonus = at::empty({B}, opts.dtype(at::kLong));       // [B]
-    const uint64_t useed = static_cast<uint64_t>(seed), uoffset = static_cast<uint64_t>(offset);
+    Tensor acceptedLen = at::empty({B}, opts.dtype(at::kInt));       // [B]
+    Tensor acceptedNodes = at::empty({B, L}, opts.dtype(at::kInt));  // [B, max_depth + 1]
+    Tensor bonus = at::empty({B}, opts.dtype(at::kLong));            // [B]
+    const int32_t* lens = optionalData(draftLens);
     trtspec::Status s;
     if (draftTokens.is_cuda()) {
 #ifdef TRTSPEC_WITH_CUDA
         TRTSPEC_CUDA_GUARD(draftTokens);
-        const size_t bytes = trtspec::cuda::verifyBlockWorkspaceSize(static_cast<int32_t>(B), static_cast<int32_t>(D), V);
+        const size_t bytes = trtspec::cuda::verifySampleWorkspaceSize(B, V);
         Tensor ws = workspace(bytes, draftTokens);
-        s = trtspec::cuda::verifyBlock(draftTokens.data_ptr<int64_t>(), targetProbs.data_ptr<float>(),
-                                       draftProbs.data_ptr<float>(), static_cast<int32_t>(B), static_cast<int32_t>(D),
-                                       V, useed, uoffset, acceptedLen.data_ptr<int32_t>(), bonus.data_ptr<int64_t>(),
-                                       ws.data_ptr(), bytes, currentStream());
+        s = withTokens(draftTokens, [&](auto tokens) {
+            return trtspec::cuda::verifySample(tokens, parents.data_ptr<int32_t>(), targetProbs.data_ptr<float>(),
+                                               draftProbs.data_ptr<float>(), lens, seed.data_ptr<int64_t>(),
+                                               offset.data_ptr<int64_t>(), B, static_cast<int32_t>(D), V, L - 1,
+                                               withoutReplacement, acceptedLen.data_ptr<int32_t>(),
+                                               acceptedNodes.data_ptr<int32_t>(), bonus.data_ptr<int64_t>(),
+                                               ws.data_ptr(), bytes, currentStream());
+        });
 #else
         TRTSPEC_NO_CUDA(op);
 #endif
     } else {
-        s = trtspec::cpu::verifyBlock(draftTokens.data_ptr<int64_t>(), targetProbs.data_ptr<float>(),
-                                      draftProbs.data_ptr<float>(), static_cast<int32_t>(B), static_cast<int32_t>(D),
-                                      V, useed, uoffset, acceptedLen.data_ptr<int32_t>(), bonus.data_ptr<int64_t>());
+        s = withTokens(draftTokens, [&](auto tokens) {
+            return trtspec::cpu::verifySample(tokens, parents.data_ptr<int32_t>(), targetProbs.data_ptr<float>(),
+                                              draftProbs.data_ptr<float>(), lens, seed.data_ptr<int64_t>(),
+                                              offset.data_ptr<int64_t>(), B, static_cast<int32_t>(D), V, L - 1,
+                                              withoutReplacement, acceptedLen.data_ptr<int32_t>(),
+                                              acceptedNodes.data_ptr<int32_t>(), bonus.data_ptr<int64_t>());
+        });
+    }
+    checkStatus(op, s);
+    return {acceptedLen, acceptedNodes, bonus};
+}
+
+// ---- verify_block --------------------------------------------------------------------------
+std::tuple<Tensor, Tensor> verifyBlock(const Tensor& draftTokens, const Tensor& targetProbs, const Tensor& draftProbs,
+                                       const Tensor& seed, const Tensor& offset, const OptTensor& draftLens) {
+    const char* op = "verify_block";
+    const int64_t D = checkSampledInputs(op, draftTokens, targetProbs, draftProbs, seed, offset, draftLens,
+                                         trtspec::kMaxBlockDraft);
+    const int32_t B = static_cast<int32_t>(draftTokens.size(0));
+    const int64_t V = targetProbs.size(2);
+    const auto opts = draftTokens.options();
+    Tensor acceptedLen = at::empty({B}, opts.dtype(at::kInt));  // [B]
+    Tensor bonus = at::empty({B}, opts.dtype(at::kLong));       // [B]
+    const int32_t* lens = optionalData(draftLens);
+    trtspec::Status s;
+    if (draftTokens.is_cuda()) {
+#ifdef TRTSPEC_WITH_CUDA
+        TRTSPEC_CUDA_GUARD(draftTokens);
+        const size_t bytes = trtspec::cuda::verifyBlockWorkspaceSize(B, static_cast<int32_t>(D), V);
+        Tensor ws = workspace(bytes, draftTokens);
+        s = withTokens(draftTokens, [&](auto tokens) {
+            return trtspec::cuda::verifyBlock(tokens, targetProbs.data_ptr<float>(), draftProbs.data_ptr<float>(),
+                                              lens, seed.data_ptr<int64_t>(), offset.data_ptr<int64_t>(), B,
+                                              static_cast<int32_t>(D), V, acceptedLen.data_ptr<int32_t>(),
+                                              bonus.data_ptr<int64_t>(), ws.data_ptr(), bytes, currentStream());
+        });
+#else
+        TRTSPEC_NO_CUDA(op);
+#endif
+    } else {
+        s = withTokens(draftTokens, [&](auto tokens) {
+            return trtspec::cpu::verifyBlock(tokens, targetProbs.data_ptr<float>(), draftProbs.data_ptr<float>(), lens,
+                                             seed.data_ptr<int64_t>(), offset.data_ptr<int64_t>(), B,
+                                             static_cast<int32_t>(D), V, acceptedLen.data_ptr<int32_t>(),
+                                             bonus.data_ptr<int64_t>());
+        });
     }
     checkStatus(op, s);
     return {acceptedLen, bonus};

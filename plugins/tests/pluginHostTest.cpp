@@ -46,12 +46,13 @@ extern "C" ILogger* getLogger() noexcept { return &gLogger; }
 namespace {
 struct Call {
     std::string op;
-    void const* in[6]{};
+    void const* in[7]{};
     void* out[4]{};
     int32_t batch{}, nodes{}, maxDepth{};
     int64_t vocab{};
     trtspec::DType dtype{};
     bool flag{};
+    int tokenBits{};  // 32 or 64: the draft-token overload the plugin called
     void* workspace{};
     size_t workspaceBytes{};
     cudaStream_t stream{};
@@ -78,29 +79,53 @@ Status verifyGreedy(const int64_t* tokens, const int32_t* parents, const void* l
     gCall.stream = stream;
     return Status::kSuccess;
 }
-Status verifySampleSeedOnDevice(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
-                                const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
-                                int64_t vocab, int32_t maxDepth, const int64_t* seedOffset, bool withoutReplacement,
-                                int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken, void* workspace,
-                                size_t workspaceBytes, cudaStream_t stream) {
-    gCall = Call{"verifySample", {tokens, parents, targetProbs, draftProbs, seedOffset, numNodes},
-                 {acceptedLen, acceptedNodes, bonusToken}, batch, nodes, maxDepth, vocab};
+template <typename Token>
+Status recordSample(const Token* draftTokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* draftLens, const int64_t* seed, const int64_t* offset,
+                    int32_t batch, int32_t draftLen, int64_t vocab, int32_t maxDepth, bool withoutReplacement,
+                    int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken, void* workspace,
+                    size_t workspaceBytes, cudaStream_t stream) {
+    gCall = Call{"verifySample", {draftTokens, parents, targetProbs, draftProbs, seed, offset, draftLens},
+                 {acceptedLen, acceptedNodes, bonusToken}, batch, draftLen, maxDepth, vocab};
     gCall.flag = withoutReplacement;
+    gCall.tokenBits = 8 * sizeof(Token);
     gCall.workspace = workspace;
     gCall.workspaceBytes = workspaceBytes;
     gCall.stream = stream;
     return Status::kSuccess;
 }
-Status verifyBlockSeedOnDevice(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
-                               int32_t batch, int32_t draftLen, int64_t vocab, const int64_t* seedOffset,
-                               int32_t* acceptedLen, int64_t* bonusToken, void* workspace, size_t workspaceBytes,
-                               cudaStream_t stream) {
-    gCall = Call{"verifyBlock", {draftTokens, targetProbs, draftProbs, seedOffset}, {acceptedLen, bonusToken}, batch,
-                 draftLen, 0, vocab};
+Status verifySample(const int32_t* a, const int32_t* b, const float* c, const float* d, const int32_t* e,
+                    const int64_t* f, const int64_t* g, int32_t h, int32_t i, int64_t j, int32_t k, bool l, int32_t* m,
+                    int32_t* n, int64_t* o, void* p, size_t q, cudaStream_t r) {
+    return recordSample(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r);
+}
+Status verifySample(const int64_t* a, const int32_t* b, const float* c, const float* d, const int32_t* e,
+                    const int64_t* f, const int64_t* g, int32_t h, int32_t i, int64_t j, int32_t k, bool l, int32_t* m,
+                    int32_t* n, int64_t* o, void* p, size_t q, cudaStream_t r) {
+    return recordSample(a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r);
+}
+template <typename Token>
+Status recordBlock(const Token* draftTokens, const float* targetProbs, const float* draftProbs,
+                   const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch,
+                   int32_t draftLen, int64_t vocab, int32_t* acceptedLen, int64_t* bonusToken, void* workspace,
+                   size_t workspaceBytes, cudaStream_t stream) {
+    gCall = Call{"verifyBlock", {draftTokens, targetProbs, draftProbs, seed, offset, draftLens},
+                 {acceptedLen, bonusToken}, batch, draftLen, 0, vocab};
+    gCall.tokenBits = 8 * sizeof(Token);
     gCall.workspace = workspace;
     gCall.workspaceBytes = workspaceBytes;
     gCall.stream = stream;
     return Status::kInvalidToken;  // to see the status travel back
+}
+Status verifyBlock(const int32_t* a, const float* b, const float* c, const int32_t* d, const int64_t* e,
+                   const int64_t* f, int32_t g, int32_t h, int64_t i, int32_t* j, int64_t* k, void* l, size_t m,
+                   cudaStream_t n) {
+    return recordBlock(a, b, c, d, e, f, g, h, i, j, k, l, m, n);
+}
+Status verifyBlock(const int64_t* a, const float* b, const float* c, const int32_t* d, const int64_t* e,
+                   const int64_t* f, int32_t g, int32_t h, int64_t i, int32_t* j, int64_t* k, void* l, size_t m,
+                   cudaStream_t n) {
+    return recordBlock(a, b, c, d, e, f, g, h, i, j, k, l, m, n);
 }
 }  // namespace cuda
 }  // namespace trtspec
@@ -187,7 +212,7 @@ IPluginV3* create(IPluginCreatorV3One& creator, std::vector<PluginField> const& 
 static void testCreators() {
     TrtSpecVerifySampleCreator sample;
     CHECK(std::string(sample.getPluginName()) == "TrtSpecVerifySample");
-    CHECK(std::string(sample.getPluginVersion()) == "1");
+    CHECK(std::string(sample.getPluginVersion()) == "2");
     CHECK(std::string(sample.getPluginNamespace()) == "trtspec");
     PluginFieldCollection const* names = sample.getFieldNames();
     CHECK(names->nbFields == 2);
@@ -222,10 +247,10 @@ static void testCreators() {
     std::unique_ptr<IPluginV3> back(sample.createPlugin("node", saved, TensorRTPhase::kRUNTIME));
     CHECK(back != nullptr);
     MockBuilder builder;
-    DimsExprs in[5] = {builder.dims({2, 9}), builder.dims({2, 9}), builder.dims({2, 9, 7}), builder.dims({2, 9, 7}),
-                       builder.dims({2})};
+    DimsExprs in[6] = {builder.dims({2, 8}), builder.dims({2, 9}), builder.dims({2, 9, 7}), builder.dims({2, 8, 7}),
+                       builder.dims({2}), builder.dims({2})};
     DimsExprs out[3];
-    CHECK(as<TrtSpecVerifySamplePlugin>(back.get())->getOutputShapes(in, 5, nullptr, 0, out, 3, builder) == 0);
+    CHECK(as<TrtSpecVerifySamplePlugin>(back.get())->getOutputShapes(in, 6, nullptr, 0, out, 3, builder) == 0);
     CHECK((values(out[1]) == std::vector<int64_t>{2, 4}));  // max_depth 3 survived: L = 4
     CHECK((values(out[0]) == std::vector<int64_t>{2}) && (values(out[2]) == std::vector<int64_t>{2}));
 
@@ -333,60 +358,110 @@ static void testTreeMaskSampleBlock() {
         CHECK(gCall.op == "treeMetadata" && gCall.in[1] == nullptr && reinterpret_cast<uintptr_t>(fc) % 256 == 0 &&
               ns - fc >= 3 * 33 * 4 && ns + 3 * 33 * 4 <= buffer.data() + ws);
     }
-    {  // sample: seed_offset input, aligned workspace inside what was asked for
+    {  // sample: draft layout, per-request seed/offset, int32 or int64 drafts, aligned workspace
         int32_t const one = 1;
         std::unique_ptr<IPluginV3> p(create(*std::make_unique<TrtSpecVerifySampleCreator>(),
                                             {{"siblings_without_replacement", &one, PluginFieldType::kINT32, 1}}));
         auto* plugin = as<TrtSpecVerifySamplePlugin>(p.get());
-        DynamicPluginTensorDesc d[5] = {dyn({3, 5}, DataType::kINT64), dyn({3, 5}, DataType::kINT32),
-                                        dyn({3, 5, 111}, DataType::kFLOAT), dyn({3, 5, 111}, DataType::kFLOAT),
-                                        dyn({2}, DataType::kINT64)};
-        CHECK(plugin->configurePlugin(d, 5, nullptr, 3) == 0);
-        d[4] = dyn({3}, DataType::kINT64);
-        CHECK(plugin->configurePlugin(d, 5, nullptr, 3) != 0);
-        CHECK(gLogger.last.find("input 'seed_offset' dimension 0 is 3, expected 2") != std::string::npos);
+        DynamicPluginTensorDesc d[7] = {dyn({3, 4}, DataType::kINT32), dyn({3, 5}, DataType::kINT32),
+                                        dyn({3, 5, 111}, DataType::kFLOAT), dyn({3, 4, 111}, DataType::kFLOAT),
+                                        dyn({3}, DataType::kINT64), dyn({3}, DataType::kINT64),
+                                        dyn({3}, DataType::kINT32)};
+        CHECK(plugin->supportsFormatCombination(0, d, 6, 3));  // int32 drafts
+        d[0].desc.type = DataType::kINT64;
+        CHECK(plugin->supportsFormatCombination(0, d, 6, 3));  // int64 drafts
+        d[0].desc.type = DataType::kFLOAT;
+        CHECK(!plugin->supportsFormatCombination(0, d, 6, 3));
+        d[0].desc.type = DataType::kINT32;
+        d[4].desc.type = DataType::kINT32;
+        CHECK(!plugin->supportsFormatCombination(4, d, 6, 3));  // seed must be int64
+        d[4].desc.type = DataType::kINT64;
+        CHECK(plugin->supportsFormatCombination(6, d, 7, 3));   // draft_lens int32
+        CHECK(plugin->configurePlugin(d, 6, nullptr, 3) == 0);
+        CHECK(plugin->configurePlugin(d, 7, nullptr, 3) == 0);
         d[4] = dyn({2}, DataType::kINT64);
-        d[3] = dyn({3, 5, 112}, DataType::kFLOAT);
-        CHECK(plugin->configurePlugin(d, 5, nullptr, 3) != 0);
-        CHECK(gLogger.last.find("input 'draft_probs' dimension 2 is 112, expected 111") != std::string::npos);
-        d[3] = dyn({3, 5, 111}, DataType::kFLOAT);
-        size_t const ws = plugin->getWorkspaceSize(d, 5, nullptr, 3);
+        CHECK(plugin->configurePlugin(d, 6, nullptr, 3) != 0);
+        CHECK(gLogger.last.find("input 'seed' dimension 0 is 2, expected 3") != std::string::npos);
+        d[4] = dyn({3}, DataType::kINT64);
+        d[6] = dyn({3, 1}, DataType::kINT32);
+        CHECK(plugin->configurePlugin(d, 7, nullptr, 3) != 0);
+        CHECK(gLogger.last.find("input 'draft_lens' must have 1 dimensions, got 2") != std::string::npos);
+        d[6] = dyn({3}, DataType::kINT32);
+        d[3] = dyn({3, 5, 111}, DataType::kFLOAT);  // the old per-node layout
+        CHECK(plugin->configurePlugin(d, 6, nullptr, 3) != 0);
+        CHECK(gLogger.last.find("input 'draft_probs' dimension 1 is 5, expected 4") != std::string::npos);
+        d[3] = dyn({3, 4, 111}, DataType::kFLOAT);
+        d[1] = dyn({3, 4}, DataType::kINT32);
+        CHECK(plugin->configurePlugin(d, 6, nullptr, 3) != 0);
+        CHECK(gLogger.last.find("input 'parents' dimension 1 is 4, expected 5") != std::string::npos);
+        d[1] = dyn({3, 5}, DataType::kINT32);
+        size_t const ws = plugin->getWorkspaceSize(d, 6, nullptr, 3);
         CHECK(ws >= trtspec::cuda::verifySampleWorkspaceSize(3, 111) + 255);
-        PluginTensorDesc rin[5];
-        for (int i = 0; i < 5; ++i) rin[i] = d[i].desc;
+        PluginTensorDesc rin[7];
+        for (int i = 0; i < 7; ++i) rin[i] = d[i].desc;
         std::vector<char> buffer(ws);
-        int dummy[8];
-        void const* inputs[5] = {&dummy[0], &dummy[1], &dummy[2], &dummy[3], &dummy[4]};
-        void* outputs[3] = {&dummy[5], &dummy[6], &dummy[7]};
-        CHECK(plugin->onShapeChange(rin, 5, nullptr, 3) == 0);
+        int dummy[10];
+        void const* inputs[7] = {&dummy[0], &dummy[1], &dummy[2], &dummy[3], &dummy[4], &dummy[5], &dummy[6]};
+        void* outputs[3] = {&dummy[7], &dummy[8], &dummy[9]};
+        CHECK(plugin->onShapeChange(rin, 6, nullptr, 3) == 0);
         CHECK(plugin->enqueue(rin, nullptr, inputs, outputs, buffer.data() + 8, nullptr) == 0);
-        CHECK(gCall.op == "verifySample" && gCall.in[4] == inputs[4] && gCall.in[5] == nullptr && gCall.flag &&
-              gCall.maxDepth == 4 && gCall.vocab == 111 && reinterpret_cast<uintptr_t>(gCall.workspace) % 256 == 0 &&
+        CHECK(gCall.op == "verifySample" && gCall.tokenBits == 32 && gCall.in[0] == inputs[0] &&
+              gCall.in[4] == inputs[4] && gCall.in[5] == inputs[5] && gCall.in[6] == nullptr && gCall.flag &&
+              gCall.batch == 3 && gCall.nodes == 4 && gCall.maxDepth == 4 && gCall.vocab == 111 &&
+              reinterpret_cast<uintptr_t>(gCall.workspace) % 256 == 0 &&
               static_cast<char*>(gCall.workspace) + gCall.workspaceBytes <= buffer.data() + 8 + ws);
+        rin[0].type = DataType::kINT64;
+        CHECK(plugin->onShapeChange(rin, 7, nullptr, 3) == 0);
+        CHECK(plugin->enqueue(rin, nullptr, inputs, outputs, buffer.data() + 8, nullptr) == 0);
+        CHECK(gCall.tokenBits == 64 && gCall.in[6] == inputs[6]);
+        MockBuilder b2;
+        DimsExprs in[6] = {b2.dims({3, 4}), b2.dims({3, 5}), b2.dims({3, 5, 111}), b2.dims({3, 4, 111}), b2.dims({3}),
+                           b2.dims({3})};
+        DimsExprs out[3];
+        CHECK(plugin->getOutputShapes(in, 6, nullptr, 0, out, 3, b2) == 0);
+        CHECK((values(out[1]) == std::vector<int64_t>{3, 5}));  // default max_depth: L = D + 1
     }
-    {  // block: [B, D], [B, D+1, V], [B, D, V], [2]; a launcher status comes back non-zero
+    {  // block: [B, D], [B, D+1, V], [B, D, V], [B], [B], optional [B]; a launcher status comes back non-zero
         std::unique_ptr<IPluginV3> p(create(*std::make_unique<TrtSpecVerifyBlockCreator>(), {}));
         auto* plugin = as<TrtSpecVerifyBlockPlugin>(p.get());
-        DynamicPluginTensorDesc d[4] = {dyn({3, 4}, DataType::kINT64), dyn({3, 5, 7}, DataType::kFLOAT),
-                                        dyn({3, 4, 7}, DataType::kFLOAT), dyn({2}, DataType::kINT64)};
-        CHECK(plugin->configurePlugin(d, 4, nullptr, 2) == 0);
+        DynamicPluginTensorDesc d[6] = {dyn({3, 4}, DataType::kINT64), dyn({3, 5, 7}, DataType::kFLOAT),
+                                        dyn({3, 4, 7}, DataType::kFLOAT), dyn({3}, DataType::kINT64),
+                                        dyn({3}, DataType::kINT64), dyn({3}, DataType::kINT32)};
+        CHECK(plugin->configurePlugin(d, 5, nullptr, 2) == 0);
+        CHECK(plugin->configurePlugin(d, 6, nullptr, 2) == 0);
         d[1] = dyn({3, 4, 7}, DataType::kFLOAT);
-        CHECK(plugin->configurePlugin(d, 4, nullptr, 2) != 0);
+        CHECK(plugin->configurePlugin(d, 5, nullptr, 2) != 0);
         CHECK(gLogger.last.find("input 'target_probs' dimension 1 is 4, expected 5") != std::string::npos);
         d[1] = dyn({3, 5, 7}, DataType::kFLOAT);
-        DimsExprs in[4] = {builder.dims({3, 4}), builder.dims({3, 5, 7}), builder.dims({3, 4, 7}), builder.dims({2})};
+        d[4] = dyn({2}, DataType::kINT64);  // the old seed_offset [2]
+        CHECK(plugin->configurePlugin(d, 5, nullptr, 2) != 0);
+        CHECK(gLogger.last.find("input 'offset' dimension 0 is 2, expected 3") != std::string::npos);
+        d[4] = dyn({3}, DataType::kINT64);
+        MockBuilder b2;
+        DimsExprs in[5] = {b2.dims({3, 4}), b2.dims({3, 5, 7}), b2.dims({3, 4, 7}), b2.dims({3}), b2.dims({3})};
         DimsExprs out[2];
-        CHECK(plugin->getOutputShapes(in, 4, nullptr, 0, out, 2, builder) == 0);
+        CHECK(plugin->getOutputShapes(in, 5, nullptr, 0, out, 2, b2) == 0);
         CHECK((values(out[0]) == std::vector<int64_t>{3}) && (values(out[1]) == std::vector<int64_t>{3}));
-        PluginTensorDesc rin[4];
-        for (int i = 0; i < 4; ++i) rin[i] = d[i].desc;
-        int dummy[6];
-        void const* inputs[4] = {&dummy[0], &dummy[1], &dummy[2], &dummy[3]};
-        void* outputs[2] = {&dummy[4], &dummy[5]};
+        PluginTensorDesc rin[6];
+        for (int i = 0; i < 6; ++i) rin[i] = d[i].desc;
+        int dummy[8];
+        void const* inputs[6] = {&dummy[0], &dummy[1], &dummy[2], &dummy[3], &dummy[4], &dummy[5]};
+        void* outputs[2] = {&dummy[6], &dummy[7]};
+        CHECK(plugin->onShapeChange(rin, 6, nullptr, 2) == 0);
         CHECK(plugin->enqueue(rin, nullptr, inputs, outputs, nullptr, nullptr) ==
               static_cast<int32_t>(trtspec::Status::kInvalidToken));
-        CHECK(gCall.op == "verifyBlock" && gCall.nodes == 4 && gCall.vocab == 7 && gCall.in[3] == inputs[3]);
+        CHECK(gCall.op == "verifyBlock" && gCall.tokenBits == 64 && gCall.nodes == 4 && gCall.vocab == 7 &&
+              gCall.in[3] == inputs[3] && gCall.in[4] == inputs[4] && gCall.in[5] == inputs[5]);
         CHECK(gLogger.last.find("trtspec status 3") != std::string::npos);
+        rin[0].type = DataType::kINT32;
+        CHECK(plugin->onShapeChange(rin, 5, nullptr, 2) == 0);
+        plugin->enqueue(rin, nullptr, inputs, outputs, nullptr, nullptr);
+        CHECK(gCall.tokenBits == 32 && gCall.in[5] == nullptr);
+        rin[0].type = DataType::kFLOAT;  // no overload: refused before any launch
+        gCall.op.clear();
+        CHECK(plugin->enqueue(rin, nullptr, inputs, outputs, nullptr, nullptr) ==
+              static_cast<int32_t>(trtspec::Status::kInvalidArgument));
+        CHECK(gCall.op.empty());
     }
 }
 

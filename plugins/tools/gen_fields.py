@@ -124,9 +124,9 @@ def render_readme(spec: PluginSpec, yaml_name: str) -> str:
         "",
         "## Versions",
         "",
-        f"| version | change |",
+        "| version | change |",
         "|---|---|",
-        f"| {spec.version} | first version |",
+        *[f"| {v} | {change} |" for v, change in spec.versions],
         "",
     ]
     return "\n".join(lines)

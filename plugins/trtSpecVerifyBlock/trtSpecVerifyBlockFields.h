@@ -8,15 +8,15 @@ namespace plugin {
 
 struct TrtSpecVerifyBlockFields {
     static constexpr char const* kName = "TrtSpecVerifyBlock";
-    static constexpr char const* kVersion = "1";
+    static constexpr char const* kVersion = "2";
     static constexpr char const* kNamespace = "trtspec";
-    static constexpr int32_t kNbInputs = 4;
-    static constexpr int32_t kNbRequiredInputs = 4;
+    static constexpr int32_t kNbInputs = 6;
+    static constexpr int32_t kNbRequiredInputs = 5;
     static constexpr int32_t kNbOutputs = 2;
     static constexpr int32_t kNbAttributes = 0;
-    enum Input : int32_t { kInDraftTokens = 0, kInTargetProbs = 1, kInDraftProbs = 2, kInSeedOffset = 3 };
+    enum Input : int32_t { kInDraftTokens = 0, kInTargetProbs = 1, kInDraftProbs = 2, kInSeed = 3, kInOffset = 4, kInDraftLens = 5 };
     enum Output : int32_t { kOutAcceptedLen = 0, kOutBonusToken = 1 };
-    static constexpr IoSpec kInputs[4] = {IoSpec{"draft_tokens", kIoInt64}, IoSpec{"target_probs", kIoFloat32}, IoSpec{"draft_probs", kIoFloat32}, IoSpec{"seed_offset", kIoInt64}};
+    static constexpr IoSpec kInputs[6] = {IoSpec{"draft_tokens", kIoInt32 | kIoInt64}, IoSpec{"target_probs", kIoFloat32}, IoSpec{"draft_probs", kIoFloat32}, IoSpec{"seed", kIoInt64}, IoSpec{"offset", kIoInt64}, IoSpec{"draft_lens", kIoInt32}};
     static constexpr IoSpec kOutputs[2] = {IoSpec{"accepted_len", kIoInt32}, IoSpec{"bonus_token", kIoInt64}};
     static constexpr AttributeSpec kAttributes[1] = {AttributeSpec{nullptr, 0, 0, 0}};
 };

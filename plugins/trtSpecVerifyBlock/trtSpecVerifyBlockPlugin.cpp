@@ -8,24 +8,9 @@ namespace plugin {
 
 using F = TrtSpecVerifyBlockFields;
 
-bool TrtSpecVerifyBlockPlugin::checkDims(nvinfer1::Dims const* in, int32_t, std::string& why) const {
-    nvinfer1::Dims const& drafts = in[F::kInDraftTokens];
-    nvinfer1::Dims const& target = in[F::kInTargetProbs];
-    nvinfer1::Dims const& draft = in[F::kInDraftProbs];
-    char const* const targetName = F::kInputs[F::kInTargetProbs].name;
-    char const* const draftName = F::kInputs[F::kInDraftProbs].name;
-    if (!checkRank(drafts, 2, F::kInputs[F::kInDraftTokens].name, why) || !checkRank(target, 3, targetName, why) ||
-        !checkRank(draft, 3, draftName, why) ||
-        !checkRank(in[F::kInSeedOffset], 1, F::kInputs[F::kInSeedOffset].name, why) ||
-        !checkDim(in[F::kInSeedOffset].d[0], 2, F::kInputs[F::kInSeedOffset].name, 0, why))
-        return false;
-    int64_t const B = drafts.d[0], D = drafts.d[1], V = target.d[2];
-    if (!checkDim(target.d[0], B, targetName, 0, why) ||
-        !checkDim(target.d[1], D < 0 ? -1 : D + 1, targetName, 1, why) || !checkDim(draft.d[0], B, draftName, 0, why) ||
-        !checkDim(draft.d[1], D, draftName, 1, why) || !checkDim(draft.d[2], V, draftName, 2, why))
-        return false;
-    return checkRange(B, 0, kMaxBatch, "batch", why) && checkRange(D, 0, kMaxBlockDraft, "draft length", why) &&
-           checkRange(V, 1, INT32_MAX, "vocabulary size", why);
+bool TrtSpecVerifyBlockPlugin::checkDims(nvinfer1::Dims const* in, int32_t nbInputs, std::string& why) const {
+    int64_t B = -1, D = -1, V = -1;
+    return checkSampledDims<F>(in, nbInputs, kMaxBlockDraft, B, D, V, why);
 }
 
 int32_t TrtSpecVerifyBlockPlugin::getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
@@ -54,17 +39,23 @@ int32_t TrtSpecVerifyBlockPlugin::enqueue(nvinfer1::PluginTensorDesc const* inpu
                                           void* const* outputs, void* workspace, cudaStream_t stream) noexcept {
     int64_t const B = inputDesc[F::kInDraftTokens].dims.d[0], D = inputDesc[F::kInDraftTokens].dims.d[1];
     int64_t const V = inputDesc[F::kInTargetProbs].dims.d[2];
-    if (B < 0 || B > kMaxBatch || D < 0 || D > kMaxBlockDraft || V < 1 || V > INT32_MAX)
+    nvinfer1::DataType const tokenType = inputDesc[F::kInDraftTokens].type;
+    if (B < 0 || B > kMaxBatch || D < 0 || D > kMaxBlockDraft || V < 1 || V > INT32_MAX ||
+        (tokenType != nvinfer1::DataType::kINT32 && tokenType != nvinfer1::DataType::kINT64))
         return reportStatus(F::kName, Status::kInvalidArgument);
     size_t const bytes = cuda::verifyBlockWorkspaceSize(static_cast<int32_t>(B), static_cast<int32_t>(D), V);
-    return reportStatus(
-        F::kName,
-        cuda::verifyBlockSeedOnDevice(
-            static_cast<int64_t const*>(inputs[F::kInDraftTokens]), static_cast<float const*>(inputs[F::kInTargetProbs]),
-            static_cast<float const*>(inputs[F::kInDraftProbs]), static_cast<int32_t>(B), static_cast<int32_t>(D), V,
-            static_cast<int64_t const*>(inputs[F::kInSeedOffset]), static_cast<int32_t*>(outputs[F::kOutAcceptedLen]),
-            static_cast<int64_t*>(outputs[F::kOutBonusToken]), bytes ? alignPointer(workspace) : nullptr, bytes,
-            stream));
+    auto launch = [&](auto const* draftTokens) {
+        return cuda::verifyBlock(
+            draftTokens, static_cast<float const*>(inputs[F::kInTargetProbs]),
+            static_cast<float const*>(inputs[F::kInDraftProbs]),
+            hasInput(F::kInDraftLens) ? static_cast<int32_t const*>(inputs[F::kInDraftLens]) : nullptr,
+            static_cast<int64_t const*>(inputs[F::kInSeed]), static_cast<int64_t const*>(inputs[F::kInOffset]),
+            static_cast<int32_t>(B), static_cast<int32_t>(D), V, static_cast<int32_t*>(outputs[F::kOutAcceptedLen]),
+            static_cast<int64_t*>(outputs[F::kOutBonusToken]), bytes ? alignPointer(workspace) : nullptr, bytes, stream);
+    };
+    return reportStatus(F::kName, tokenType == nvinfer1::DataType::kINT32
+                                      ? launch(static_cast<int32_t const*>(inputs[F::kInDraftTokens]))
+                                      : launch(static_cast<int64_t const*>(inputs[F::kInDraftTokens])));
 }
 
 }  // namespace plugin

@@ -1,5 +1,5 @@
-// TrtSpecVerifyBlock (version 1, namespace trtspec): block verification of a chain of drafts.
-// Interface: trtSpecVerifyBlock.yaml (README.md); kernel: trtspec::cuda::verifyBlockSeedOnDevice.
+// TrtSpecVerifyBlock (version 2, namespace trtspec): block verification of a chain of drafts.
+// Interface: trtSpecVerifyBlock.yaml (README.md); kernel: trtspec::cuda::verifyBlock (int32 or int64 drafts).
 #pragma once
 #include "common/trtspecPluginBase.h"
 #include "trtSpecVerifyBlock/trtSpecVerifyBlockFields.h"

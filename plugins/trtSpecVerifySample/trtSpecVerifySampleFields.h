@@ -8,16 +8,16 @@ namespace plugin {
 
 struct TrtSpecVerifySampleFields {
     static constexpr char const* kName = "TrtSpecVerifySample";
-    static constexpr char const* kVersion = "1";
+    static constexpr char const* kVersion = "2";
     static constexpr char const* kNamespace = "trtspec";
-    static constexpr int32_t kNbInputs = 6;
-    static constexpr int32_t kNbRequiredInputs = 5;
+    static constexpr int32_t kNbInputs = 7;
+    static constexpr int32_t kNbRequiredInputs = 6;
     static constexpr int32_t kNbOutputs = 3;
     static constexpr int32_t kNbAttributes = 2;
-    enum Input : int32_t { kInTokens = 0, kInParents = 1, kInTargetProbs = 2, kInDraftProbs = 3, kInSeedOffset = 4, kInNumNodes = 5 };
+    enum Input : int32_t { kInDraftTokens = 0, kInParents = 1, kInTargetProbs = 2, kInDraftProbs = 3, kInSeed = 4, kInOffset = 5, kInDraftLens = 6 };
     enum Output : int32_t { kOutAcceptedLen = 0, kOutAcceptedNodes = 1, kOutBonusToken = 2 };
     enum Attribute : int32_t { kAttrMaxDepth = 0, kAttrSiblingsWithoutReplacement = 1 };
-    static constexpr IoSpec kInputs[6] = {IoSpec{"tokens", kIoInt64}, IoSpec{"parents", kIoInt32}, IoSpec{"target_probs", kIoFloat32}, IoSpec{"draft_probs", kIoFloat32}, IoSpec{"seed_offset", kIoInt64}, IoSpec{"num_nodes", kIoInt32}};
+    static constexpr IoSpec kInputs[7] = {IoSpec{"draft_tokens", kIoInt32 | kIoInt64}, IoSpec{"parents", kIoInt32}, IoSpec{"target_probs", kIoFloat32}, IoSpec{"draft_probs", kIoFloat32}, IoSpec{"seed", kIoInt64}, IoSpec{"offset", kIoInt64}, IoSpec{"draft_lens", kIoInt32}};
     static constexpr IoSpec kOutputs[3] = {IoSpec{"accepted_len", kIoInt32}, IoSpec{"accepted_nodes", kIoInt32}, IoSpec{"bonus_token", kIoInt64}};
     static constexpr AttributeSpec kAttributes[2] = {AttributeSpec{"max_depth", -1, -1, 4095}, AttributeSpec{"siblings_without_replacement", 0, 0, 1}};
 };

@@ -1,5 +1,5 @@
-// TrtSpecVerifySample (version 1, namespace trtspec): lossless tree verification by recursive rejection sampling.
-// Interface: trtSpecVerifySample.yaml (README.md); kernel: trtspec::cuda::verifySampleSeedOnDevice.
+// TrtSpecVerifySample (version 2, namespace trtspec): lossless tree verification by recursive rejection sampling.
+// Interface: trtSpecVerifySample.yaml (README.md); kernel: trtspec::cuda::verifySample (int32 or int64 drafts).
 #pragma once
 #include "common/trtspecPluginBase.h"
 #include "trtSpecVerifySample/trtSpecVerifySampleFields.h"

@@ -174,6 +174,13 @@ static int64_t draw(const float* q, int32_t V) {
     return V - 1;
 }
 
+// per-request streams: seeds with the top bit set on some requests, offsets differing per request
+static std::vector<int64_t> streams(int32_t B, int64_t base) {
+    std::vector<int64_t> out(B);
+    for (int32_t b = 0; b < B; ++b) out[b] = base + b * 0x9E3779B97F4A7C15ll;
+    return out;
+}
+
 static void testSample() {
     int exact = 0, total = 0, same = 0;
     for (bool dyad : {true, false}) {
@@ -181,29 +188,34 @@ static void testSample() {
             for (int32_t N : {1, 5, 9}) {
                 for (bool chain : {true, false}) {
                     for (bool wor : {false, true}) {
-                        const int32_t B = 3, L = N;
+                        const int32_t B = 3, L = N, D = N - 1;
                         auto parents = trees(B, N, chain);
                         auto p = dyad ? dyadic(B * N, V) : softmax(B * N, V);
-                        auto q = dyad ? dyadic(B * N, V) : softmax(B * N, V);
-                        std::vector<int64_t> tokens(B * N, 0);
+                        auto nodeRows = dyad ? dyadic(B * N, V) : softmax(B * N, V);
+                        std::vector<float> q(std::max(1, B * D) * static_cast<size_t>(V));
+                        std::vector<int64_t> tokens(std::max(1, B * D), 0);
                         for (int32_t b = 0; b < B; ++b)
-                            for (int32_t i = 1; i < N; ++i)
-                                tokens[b * N + i] = draw(&q[(static_cast<size_t>(b) * N + parents[b * N + i]) * V], V);
-                        std::vector<int32_t> num(B);
-                        for (auto& n : num) n = randint(1, N);
-                        const int32_t* nn = chain ? nullptr : num.data();
+                            for (int32_t i = 1; i < N; ++i) {  // draft i-1 drawn from its parent's row
+                                const float* row = &nodeRows[(static_cast<size_t>(b) * N + parents[b * N + i]) * V];
+                                std::copy(row, row + V, &q[(static_cast<size_t>(b) * D + i - 1) * V]);
+                                tokens[b * D + i - 1] = draw(row, V);
+                            }
+                        std::vector<int32_t> tokens32(tokens.begin(), tokens.end());
+                        std::vector<int32_t> lens(B);
+                        for (auto& d : lens) d = randint(0, D);
+                        const int32_t* dl = chain ? nullptr : lens.data();
                         const size_t wsBytes = cuda::verifySampleWorkspaceSize(B, V);
                         void* ws = std::aligned_alloc(256, (wsBytes + 255) / 256 * 256);
-                        for (uint64_t seed : {0ull, 77ull}) {
+                        for (int64_t seed : {0ll, 77ll}) {
+                            const auto seeds = streams(B, seed), offsets = streams(B, 5);
                             std::vector<int32_t> l1(B), n1(B * L), l2(B), n2(B * L);
                             std::vector<int64_t> b1(B), b2(B);
-                            const int64_t so[2] = {static_cast<int64_t>(seed), 5};
-                            CHECK(cpu::verifySample(tokens.data(), parents.data(), p.data(), q.data(), nn, B, N, V,
-                                                    L - 1, seed, 5, wor, l1.data(), n1.data(), b1.data()) ==
-                                      Status::kSuccess, "cpu");
-                            CHECK(cuda::verifySampleSeedOnDevice(tokens.data(), parents.data(), p.data(), q.data(),
-                                                                 nn, B, N, V, L - 1, so, wor, l2.data(), n2.data(),
-                                                                 b2.data(), ws, wsBytes, nullptr) == Status::kSuccess,
+                            CHECK(cpu::verifySample(tokens.data(), parents.data(), p.data(), q.data(), dl,
+                                                    seeds.data(), offsets.data(), B, D, V, L - 1, wor, l1.data(),
+                                                    n1.data(), b1.data()) == Status::kSuccess, "cpu");
+                            CHECK(cuda::verifySample(tokens32.data(), parents.data(), p.data(), q.data(), dl,
+                                                     seeds.data(), offsets.data(), B, D, V, L - 1, wor, l2.data(),
+                                                     n2.data(), b2.data(), ws, wsBytes, nullptr) == Status::kSuccess,
                                   "cuda");
                             for (int32_t b = 0; b < B; ++b) {
                                 bool eq = l1[b] == l2[b] && b1[b] == b2[b];
@@ -225,8 +237,30 @@ static void testSample() {
         }
     }
     CHECK(same >= total * 0.97, "agreement %d/%d", same, total);
-    std::printf("verify_sample: %d dyadic requests equal to the CPU; %d/%d requests equal overall\n", exact, same,
-                total);
+    // invalid draft_lens / draft token -> that request's invalid verdict only
+    {
+        const int32_t B = 3, N = 4, D = 3, V = 5;
+        auto parents = trees(B, N, true);
+        auto p = dyadic(B * N, V), q = dyadic(B * D, V);
+        std::vector<int64_t> tokens{0, 1, 2, 0, 1, 2, 0, 9, 2};  // request 2: draft 1 outside [0, V)
+        const std::vector<int32_t> lens{3, 4, 3};                 // request 1: draft_lens past D
+        const auto seeds = streams(B, 1), offsets = streams(B, 2);
+        std::vector<int32_t> len(B, 7), nodes(B * N, 7);
+        std::vector<int64_t> bonus(B, 7);
+        void* ws = std::aligned_alloc(256, 256 * 8);
+        CHECK(cuda::verifySample(tokens.data(), parents.data(), p.data(), q.data(), lens.data(), seeds.data(),
+                                 offsets.data(), B, D, V, N - 1, false, len.data(), nodes.data(), bonus.data(), ws,
+                                 256 * 8, nullptr) == Status::kSuccess, "launch");
+        std::free(ws);
+        bool ok = bonus[0] >= 0 && nodes[0] == 0;
+        for (int32_t b = 1; b < 3; ++b) {
+            ok &= len[b] == 0 && bonus[b] == -1;
+            for (int32_t i = 0; i < N; ++i) ok &= nodes[b * N + i] == -1;
+        }
+        CHECK(ok, "invalid sample verdicts");
+    }
+    std::printf("verify_sample: %d dyadic requests equal to the CPU; %d/%d requests equal overall; invalid verdicts "
+                "checked\n", exact, same, total);
 }
 
 static void testBlock() {
@@ -248,13 +282,18 @@ static void testBlock() {
                         if (dyad && pr[t] < qr[t]) t = static_cast<int64_t>(std::max_element(pr, pr + V) - pr);
                         x[b * D + i] = t;
                     }
-                for (uint64_t seed : {1ull, 2ull, 3ull}) {
+                std::vector<int32_t> x32(x.begin(), x.end());
+                std::vector<int32_t> lens(B);
+                for (auto& d : lens) d = randint(0, D);
+                for (int64_t seed : {1ll, 2ll, 3ll}) {
+                    const int32_t* dl = seed == 2 ? lens.data() : nullptr;  // ragged in one of three runs
+                    const auto seeds = streams(B, seed), offsets = streams(B, 9);
                     std::vector<int32_t> l1(B), l2(B);
                     std::vector<int64_t> b1(B), b2(B);
-                    CHECK(cpu::verifyBlock(x.data(), p.data(), q.data(), B, D, V, seed, 9, l1.data(), b1.data()) ==
-                              Status::kSuccess, "cpu");
-                    CHECK(cuda::verifyBlock(x.data(), p.data(), q.data(), B, D, V, seed, 9, l2.data(), b2.data(),
-                                            nullptr, 0, nullptr) == Status::kSuccess, "cuda");
+                    CHECK(cpu::verifyBlock(x.data(), p.data(), q.data(), dl, seeds.data(), offsets.data(), B, D, V,
+                                           l1.data(), b1.data()) == Status::kSuccess, "cpu");
+                    CHECK(cuda::verifyBlock(x32.data(), p.data(), q.data(), dl, seeds.data(), offsets.data(), B, D, V,
+                                            l2.data(), b2.data(), nullptr, 0, nullptr) == Status::kSuccess, "cuda");
                     for (int32_t b = 0; b < B; ++b) {
                         const bool eq = l1[b] == l2[b] && b1[b] == b2[b];
                         same += eq;
@@ -277,16 +316,18 @@ static void testBlock() {
         }
     }
     CHECK(same >= total * 0.97, "agreement %d/%d", same, total);
-    // invalid draft token -> accepted_len 0, bonus -1
-    std::vector<int64_t> bad{0, 7};
-    auto p = dyadic(3, 5), q = dyadic(2, 5);
-    int32_t len = 9;
-    int64_t bonus = 9;
-    CHECK(cuda::verifyBlock(bad.data(), p.data(), q.data(), 1, 2, 5, 0, 0, &len, &bonus, nullptr, 0, nullptr) ==
-              Status::kSuccess, "launch");
-    CHECK(len == 0 && bonus == -1, "invalid verdict");
-    std::printf("verify_block: %d requests with unit weights equal to the CPU; %d/%d equal overall\n", exact, same,
-                total);
+    // invalid draft token or draft_lens -> accepted_len 0, bonus -1; padding tokens are not read
+    std::vector<int64_t> bad{0, 7, 0, 7, 0, 1};
+    const std::vector<int32_t> lens{2, 1, 3};
+    auto p = dyadic(9, 5), q = dyadic(6, 5);
+    const auto seeds = streams(3, 0), offsets = streams(3, 0);
+    std::vector<int32_t> len(3, 9);
+    std::vector<int64_t> bonus(3, 9);
+    CHECK(cuda::verifyBlock(bad.data(), p.data(), q.data(), lens.data(), seeds.data(), offsets.data(), 3, 2, 5,
+                            len.data(), bonus.data(), nullptr, 0, nullptr) == Status::kSuccess, "launch");
+    CHECK(len[0] == 0 && bonus[0] == -1 && bonus[1] >= 0 && len[2] == 0 && bonus[2] == -1, "invalid verdicts");
+    std::printf("verify_block: %d requests with unit weights equal to the CPU; %d/%d equal overall; invalid verdicts "
+                "checked\n", exact, same, total);
 }
 
 static void testKv() {

@@ -24,7 +24,7 @@ from trtspec.runtime import masks
 from trtspec.runtime.drafters.base import Drafter, DraftMode, tree_size
 from trtspec.runtime.models import Transformer
 from trtspec.runtime.params import SamplingParams, SpecConfig
-from trtspec.runtime.sampling import probs_per_request
+from trtspec.runtime.sampling import generators, probs_per_request, request_seed, signed64
 from trtspec.runtime.stats import SpecStats
 from trtspec.runtime.verify import ops
 
@@ -38,6 +38,7 @@ class Request:
     tokens: list[int]
     prompt_len: int
     vocab_size: int
+    seed: int = 0          # its random stream (SamplingParams.seed, or derived by the engine)
     row: int = -1
     cache_len: int = 0
     finished: bool = False
@@ -50,6 +51,11 @@ class Request:
     @property
     def sampling(self) -> tuple[float, int, float]:
         return self.params.transform
+
+    @property
+    def stream(self) -> tuple[int, int]:
+        """``(seed, step)``: this step's random stream, ``step`` = the target steps taken so far."""
+        return self.seed, self.stats.steps
 
 
 @dataclass
@@ -87,6 +93,7 @@ class Engine:
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.ids: set = set()
+        self.added = 0                 # requests added so far: the index of a derived seed
         self.step_count = 0
         self.stats = SpecStats()
 
@@ -107,7 +114,9 @@ class Engine:
         if request_id in self.ids:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         self.ids.add(request_id)
-        self.waiting.append(Request(request_id, params, ids, len(ids), V))
+        seed = params.seed if params.seed is not None else request_seed(self.spec.seed, self.added)
+        self.added += 1
+        self.waiting.append(Request(request_id, params, ids, len(ids), V, seed))
 
     def abort(self, request_id) -> None:
         """Remove a request (running or waiting) and free its cache row."""
@@ -164,13 +173,12 @@ class Engine:
             return "sample"
         return self.spec.verify
 
-    def _draft_mode(self, method: str) -> DraftMode:
-        """Greedy drafting for greedy verification; else sampling with this step's random stream."""
-        spec = self.spec
+    def _draft_mode(self, reqs, method: str) -> DraftMode:
+        """Greedy drafting for greedy verification; else sampling, each request from its own stream."""
         if method == "greedy":
             return DraftMode(sample=False)
-        gen = torch.Generator(device=self.device).manual_seed((spec.seed * 1_000_003 + self.step_count) % (1 << 63))
-        return DraftMode(sample=True, without_replacement=spec.siblings_without_replacement, generator=gen)
+        return DraftMode(sample=True, without_replacement=self.spec.siblings_without_replacement,
+                         generators=tuple(generators([r.stream for r in reqs], self.device)))
 
     def _score(self, reqs, prop):
         """One target forward over every request's tree -> (logits float32 ``[B, N, V]``, aux or None).
@@ -216,7 +224,7 @@ class Engine:
         t0 = time.perf_counter()
         D, method = self.spec.depth_for_batch(len(reqs)), self._method(reqs)
         prop = self.drafter.propose(reqs, [self._depth(r, D) for r in reqs], self.spec.branching,
-                                    self._draft_mode(method))
+                                    self._draft_mode(reqs, method))
         t1 = time.perf_counter()
         logits, aux = self._score(reqs, prop)                                       # [B, N, V]
         acc, path, bonus = self._verify(reqs, prop, logits, method)                 # [B], [B, L], [B]
@@ -245,25 +253,28 @@ class Engine:
         if method == "greedy":
             return ops().verify_greedy(prop.tokens, parents32, logits, nodes32, max_depth)
         target_probs = probs_per_request(logits, [r.sampling for r in reqs])                   # [B, N, V]
-        if prop.draft_probs is None:                  # nothing drafted (D = 0): no row is read
-            prop.draft_probs = torch.zeros_like(target_probs)
+        B, N, V = target_probs.shape
+        drafts = prop.tokens[:, 1:].contiguous()                                              # [B, N-1]
+        draft_probs = prop.draft_probs                                                        # [B, N-1, V]
+        if draft_probs is None:                       # nothing drafted (D = 0): no row is read
+            draft_probs = target_probs.new_zeros(B, N - 1, V)
+        seed, offset = self._streams(reqs)
         if method == "sample":
-            return ops().verify_sample(prop.tokens, parents32, target_probs, prop.draft_probs, spec.seed,
-                                       self.step_count, spec.siblings_without_replacement, nodes32, max_depth)
-        # block verification: chains; one call per distinct chain length
-        B, dev = len(reqs), logits.device
-        acc = torch.zeros(B, dtype=torch.int32, device=dev)
-        bonus = torch.zeros(B, dtype=torch.int64, device=dev)
-        for n in sorted(set(prop.num_nodes.tolist())):
-            idx = (prop.num_nodes == n).nonzero().flatten()
-            d = n - 1                                 # offsets differ per chain length within a step
-            acc[idx], bonus[idx] = ops().verify_block(
-                prop.tokens[idx, 1:n].contiguous(), target_probs[idx, :n].contiguous(),
-                prop.draft_probs[idx, :d].contiguous(), spec.seed, self.step_count * 4096 + d)
+            return ops().verify_sample(drafts, parents32, target_probs, draft_probs, seed, offset,
+                                       spec.siblings_without_replacement, nodes32 - 1, max_depth)
+        # block verification: chains, ragged through draft_lens
+        acc, bonus = ops().verify_block(drafts, target_probs, draft_probs, seed, offset, nodes32 - 1)
         # a chain's accepted path is nodes 0..acc
-        steps = torch.arange(max_depth + 1, dtype=torch.int32, device=dev)
+        steps = torch.arange(max_depth + 1, dtype=torch.int32, device=logits.device)
         path = torch.where(steps[None] <= acc[:, None], steps[None], torch.full_like(steps, -1)[None])
         return acc, path.contiguous(), bonus
+
+    def _streams(self, reqs):
+        """The verifiers' random streams, request by request: seed int64 ``[B]`` (each request's
+        own) and offset int64 ``[B]`` (its step count), never its batch position."""
+        seed = torch.tensor([signed64(r.seed) for r in reqs], dtype=torch.int64, device=self.device)
+        offset = torch.tensor([r.stats.steps for r in reqs], dtype=torch.int64, device=self.device)
+        return seed, offset
 
     def _commit(self, reqs, prop, acc, path, bonus, new_lens, aux):
         """Append accepted tokens + bonus, update drafter state, apply stop rules and stats."""

@@ -15,15 +15,23 @@ def tree_size(branching: int, depth: int) -> int:
 @dataclass(frozen=True)
 class SamplingParams:
     """Per request. ``temperature`` 0 = greedy; ``top_k`` 0 = off; ``top_p`` 1.0 = off;
-    ``max_new_tokens``: tokens to generate at most; ``stop_token_ids``: end generation (kept in the output)."""
+    ``max_new_tokens``: tokens to generate at most; ``stop_token_ids``: end generation (kept in the output);
+    ``seed``: this request's random stream in ``[0, 2**64)`` (its draft draws and its verification's
+    uniforms, step by step), so the same request with the same seed samples the same tokens at any
+    batch position, alone or among others; None = derived from the engine's seed and the order
+    the request was added in."""
 
     max_new_tokens: int = 64
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
 
     def __post_init__(self):
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 1 << 64):
+            raise ValueError(f"seed must be None or an int in [0, 2**64), got {self.seed!r}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
@@ -72,7 +80,8 @@ class SpecConfig:
     greedy is verified by sample); ``draft_len_schedule``: batch size ->
     D with TensorRT-LLM semantics (key = inclusive upper bound of a batch tier; above the largest
     key D = 0); ``siblings_without_replacement``: Gumbel-top-k siblings in sample mode;
-    ``max_draft_len`` / ``max_tree_nodes``: configured limits; ``seed``: random stream of sampling.
+    ``max_draft_len`` / ``max_tree_nodes``: configured limits; ``seed``: the engine's seed, from
+    which a request without its own SamplingParams.seed gets one (by the order it was added in).
     """
 
     draft_len: int = 4

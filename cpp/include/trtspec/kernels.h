@@ -21,7 +21,7 @@ namespace trtspec {
 
 // Documented limits (checked by every launcher and binding).
 constexpr int32_t kMaxBatch = 1 << 20;
-constexpr int32_t kMaxNodes = 4096;      // N, nodes per tree including the root
+constexpr int32_t kMaxNodes = 4096;      // N, nodes per tree including the root (verifySample: D + 1)
 constexpr int32_t kMaxBlockDraft = 1024; // D for verify_block
 
 enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
@@ -41,18 +41,32 @@ Status verifyGreedy(const int64_t* tokens, const int32_t* parents, const void* l
                     const int32_t* numNodes, int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth,
                     int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken);
 
-// targetProbs, draftProbs float32 [B,N,V]; otherwise as verifyGreedy.
-Status verifySample(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
-                    const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
-                    int64_t vocab, int32_t maxDepth, uint64_t seed, uint64_t offset,
+// The sampled verifiers share one layout (see trtspec/ops.py, verify_sample):
+//   draftTokens [B,D] int32 or int64 (draft j = tree node j+1; the root is not passed);
+//   targetProbs float32 [B,D+1,V] (row i: the target after node i); draftProbs float32 [B,D,V]
+//   (row j: the distribution draft j was drawn from); draftLens int32 [B] in [0,D] or nullptr (= D);
+//   seed, offset int64 [B]: request b's random stream (the same 64 bits unsigned). Request b's
+//   uniforms depend on (seed[b], offset[b]) and its own tree only, never on b or B.
+// verifySample: parents int32 [B,D+1]; acceptedLen int32 [B]; acceptedNodes int32 [B,maxDepth+1];
+// bonusToken int64 [B].
+Status verifySample(const int32_t* draftTokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* draftLens, const int64_t* seed, const int64_t* offset,
+                    int32_t batch, int32_t draftLen, int64_t vocab, int32_t maxDepth,
+                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                    int64_t* bonusToken);
+Status verifySample(const int64_t* draftTokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* draftLens, const int64_t* seed, const int64_t* offset,
+                    int32_t batch, int32_t draftLen, int64_t vocab, int32_t maxDepth,
                     bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
                     int64_t* bonusToken);
 
-// draftTokens int64 [B,D]; targetProbs float32 [B,D+1,V]; draftProbs float32 [B,D,V];
-// acceptedLen int32 [B]; bonusToken int64 [B].
+// verifyBlock: a chain per request; acceptedLen int32 [B]; bonusToken int64 [B].
+Status verifyBlock(const int32_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                   const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch,
+                   int32_t draftLen, int64_t vocab, int32_t* acceptedLen, int64_t* bonusToken);
 Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
-                   int32_t batch, int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset,
-                   int32_t* acceptedLen, int64_t* bonusToken);
+                   const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch,
+                   int32_t draftLen, int64_t vocab, int32_t* acceptedLen, int64_t* bonusToken);
 
 // acceptedNodes int32 [B,L]; acceptedLen, cacheLens int32 [B];
 // src, dst int32 [B,L]; newCacheLens int32 [B].
@@ -76,34 +90,32 @@ Status verifyGreedy(const int64_t* tokens, const int32_t* parents, const void* l
                     const int32_t* numNodes, int32_t batch, int32_t nodes, int64_t vocab, int32_t maxDepth,
                     int32_t* acceptedLen, int32_t* acceptedNodes, int64_t* bonusToken, cudaStream_t stream);
 
-Status verifySample(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
-                    const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
-                    int64_t vocab, int32_t maxDepth, uint64_t seed, uint64_t offset,
+// The sampled verifiers with the CPU launchers' arguments, every pointer (seed and offset
+// included) in device memory, so a step's random streams can be graph inputs (TensorRT plugins,
+// CUDA graphs) without a device-to-host copy.
+Status verifySample(const int32_t* draftTokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* draftLens, const int64_t* seed, const int64_t* offset,
+                    int32_t batch, int32_t draftLen, int64_t vocab, int32_t maxDepth,
+                    bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
+                    int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream);
+Status verifySample(const int64_t* draftTokens, const int32_t* parents, const float* targetProbs,
+                    const float* draftProbs, const int32_t* draftLens, const int64_t* seed, const int64_t* offset,
+                    int32_t batch, int32_t draftLen, int64_t vocab, int32_t maxDepth,
                     bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
                     int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream);
 
+Status verifyBlock(const int32_t* draftTokens, const float* targetProbs, const float* draftProbs,
+                   const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch,
+                   int32_t draftLen, int64_t vocab, int32_t* acceptedLen, int64_t* bonusToken, void* workspace,
+                   size_t workspaceBytes, cudaStream_t stream);
 Status verifyBlock(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
-                   int32_t batch, int32_t draftLen, int64_t vocab, uint64_t seed, uint64_t offset,
-                   int32_t* acceptedLen, int64_t* bonusToken, void* workspace, size_t workspaceBytes,
-                   cudaStream_t stream);
+                   const int32_t* draftLens, const int64_t* seed, const int64_t* offset, int32_t batch,
+                   int32_t draftLen, int64_t vocab, int32_t* acceptedLen, int64_t* bonusToken, void* workspace,
+                   size_t workspaceBytes, cudaStream_t stream);
 
 Status acceptedKvIndices(const int32_t* acceptedNodes, const int32_t* acceptedLen, const int32_t* cacheLens,
                          int32_t batch, int32_t pathLen, int32_t* src, int32_t* dst, int32_t* newCacheLens,
                          cudaStream_t stream);
-
-// verify_sample / verify_block reading (seed, offset) from device memory: seedOffset points to two
-// int64 values {seed, offset} (reinterpreted as uint64) read by the kernel, so a step's random stream
-// can be a graph input (TensorRT plugins, CUDA graphs) without a device-to-host copy.
-Status verifySampleSeedOnDevice(const int64_t* tokens, const int32_t* parents, const float* targetProbs,
-                                const float* draftProbs, const int32_t* numNodes, int32_t batch, int32_t nodes,
-                                int64_t vocab, int32_t maxDepth, const int64_t* seedOffset,
-                                bool siblingsWithoutReplacement, int32_t* acceptedLen, int32_t* acceptedNodes,
-                                int64_t* bonusToken, void* workspace, size_t workspaceBytes, cudaStream_t stream);
-
-Status verifyBlockSeedOnDevice(const int64_t* draftTokens, const float* targetProbs, const float* draftProbs,
-                               int32_t batch, int32_t draftLen, int64_t vocab, const int64_t* seedOffset,
-                               int32_t* acceptedLen, int64_t* bonusToken, void* workspace, size_t workspaceBytes,
-                               cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace trtspec

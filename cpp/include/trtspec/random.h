@@ -1,6 +1,9 @@
 // Counter-based uniform random numbers, bit-identical to trtspec/reference.py::uniform.
-// Draw k of request b: u = (mix(seed ^ mix(offset ^ mix(b ^ mix(k)))) >> 11) * 2^-53, where mix
-// is the SplitMix64 finaliser (Steele, Lea, Flood 2014). Stateless, so CPU and CUDA agree.
+// Draw j at node (chain position) `node` of a request's stream (seed, offset):
+// u = (mix(seed ^ mix(offset ^ mix(node ^ mix(j)))) >> 11) * 2^-53, where mix is the SplitMix64
+// finaliser (Steele, Lea, Flood 2014). Stateless, so CPU and CUDA agree; keyed by the request's
+// own stream and tree, never by its batch index. The verifiers test a node with j = 0 and draw a
+// bonus at it with j = 1.
 #pragma once
 #include <cstdint>
 
@@ -19,8 +22,8 @@ TRTSPEC_HD uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-TRTSPEC_HD double uniform(uint64_t seed, uint64_t offset, uint64_t b, uint64_t k) {
-    uint64_t z = mix64(seed ^ mix64(offset ^ mix64(b ^ mix64(k))));
+TRTSPEC_HD double uniform(uint64_t seed, uint64_t offset, uint64_t node, uint64_t j) {
+    uint64_t z = mix64(seed ^ mix64(offset ^ mix64(node ^ mix64(j))));
     return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);  // 2^53
 }
 

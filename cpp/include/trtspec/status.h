@@ -12,6 +12,7 @@ enum class Status : int {
     kTreeTooDeep = 5,      // an accepted path would not fit in max_depth + 1 entries
     kCudaError = 6,        // a CUDA call or launch failed (query cudaGetLastError for details)
     kNotCompiled = 7,      // the requested device path was not compiled into this build
+    kInvalidDraftLen = 8,  // a draft_lens entry is outside [0, D]
 };
 
 // A short, stable description of a status (never null).

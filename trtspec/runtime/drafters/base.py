@@ -8,8 +8,9 @@ not yet in the target's cache) and whose other nodes are draft tokens::
 A chain of D drafts is the tree with branching 1. With branching K and depth L the tree has
 ``1 + K + (L-1)*K^2`` nodes: the root's K children, then at every further level the K
 best-scoring nodes of the level above (score = cumulative draft log-probability) each get K
-children. ``draft_probs[b, u]`` is the distribution the children of ``u`` were drawn from (zeros for
-unexpanded nodes); children are ``top-K`` in greedy mode, and in sample mode K i.i.d. draws
+children. ``draft_probs[b, j]`` is the distribution draft ``j`` (node ``j + 1``) was drawn from, its
+parent's transformed draft distribution (the sampled verifiers' per-draft layout, see
+:mod:`trtspec.ops`); children are ``top-K`` in greedy mode, and in sample mode K i.i.d. draws
 (or a Gumbel-top-K draw without replacement).
 """
 from __future__ import annotations
@@ -21,13 +22,14 @@ import torch
 
 from trtspec.runtime import masks
 from trtspec.runtime.params import tree_size
-from trtspec.runtime.sampling import draw, probs_per_request
+from trtspec.runtime.sampling import draw_per_request, probs_per_request
 
 
 @dataclass
 class Proposal:
     """tokens int64 ``[B, N]`` (node 0 = root); parents int64 ``[B, N]``; num_nodes int64 ``[B]``;
-    depth int64 ``[B, N]``; draft_probs float32 ``[B, N, V]`` in sample mode, else None."""
+    depth int64 ``[B, N]``; draft_probs float32 ``[B, N - 1, V]`` in sample mode (row j: the
+    distribution draft j = node j + 1 was drawn from), else None."""
 
     tokens: torch.Tensor
     parents: torch.Tensor
@@ -39,12 +41,13 @@ class Proposal:
 @dataclass(frozen=True)
 class DraftMode:
     """How children are chosen. ``sample``: draw from the transformed draft distribution (needed by
-    sample/block verification); ``without_replacement``: Gumbel-top-K siblings; ``generator``: the
-    draft side's random stream."""
+    sample/block verification); ``without_replacement``: Gumbel-top-K siblings; ``generators``: one
+    random stream per request, in batch order (:func:`trtspec.runtime.sampling.generators`), so a
+    request's drafts do not depend on its neighbours."""
 
     sample: bool
     without_replacement: bool = False
-    generator: torch.Generator | None = None
+    generators: tuple[torch.Generator, ...] = ()
 
 
 def chain_proposal(roots: torch.Tensor) -> Proposal:
@@ -144,7 +147,7 @@ class TreeDrafter(Drafter):
         states = None if state is None else state.new_zeros(B, N, *state.shape[1:])
         if states is not None:
             states[:, 0] = state
-        dprobs = torch.zeros(B, N, V, device=device) if mode.sample else None
+        dprobs = torch.zeros(B, N - 1, V, device=device) if mode.sample else None    # row j: draft j = node j+1
         frontier = torch.zeros(B, 1, dtype=torch.int64, device=device)   # node ids being expanded
         level_logits = logits[:, None]                                    # [B, F, V]
         b_idx = torch.arange(B, device=device)[:, None]
@@ -152,15 +155,14 @@ class TreeDrafter(Drafter):
         for level in range(1, L + 1):
             F_ = frontier.shape[1]
             q = probs_per_request(level_logits, [r.sampling for r in reqs]) if mode.sample else None   # [B, F, V]
+            new = torch.arange(n, n + F_ * K, device=device)
             if mode.sample:
-                dprobs[b_idx, frontier] = q
-                kids = draw(q.reshape(B * F_, V), K, replacement=not mode.without_replacement,
-                            generator=mode.generator).view(B, F_, K)
+                dprobs[:, new - 1] = q[:, :, None].expand(B, F_, K, V).reshape(B, F_ * K, V)   # each child: its parent's q
+                kids = draw_per_request(q, K, replacement=not mode.without_replacement, gens=mode.generators)
                 logq = torch.log(torch.gather(q, 2, kids).clamp_min(1e-30))
             else:
                 top = torch.topk(torch.log_softmax(level_logits, -1), K, dim=-1)
                 kids, logq = top.indices, top.values
-            new = torch.arange(n, n + F_ * K, device=device)
             par = frontier[:, :, None].expand(B, F_, K).reshape(B, F_ * K)
             tokens[:, new] = kids.reshape(B, -1)
             parents[:, new] = par

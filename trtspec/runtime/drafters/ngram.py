@@ -33,7 +33,7 @@ class NgramDrafter(Drafter):
 
     def propose(self, reqs, depths, branching, mode: DraftMode):
         """A chain per request (ragged through ``num_nodes``); in sample mode ``draft_probs`` is one-hot
-        (a deterministic draft: accepted with probability p(x), lossless)."""
+        at each draft (a deterministic draft: accepted with probability p(x), lossless)."""
         chains = [[r.tokens[-1]] + lookup(r.tokens, d, self.min_ngram, self.max_ngram) for r, d in zip(reqs, depths)]
         B, N = len(reqs), max(len(c) for c in chains)
         tokens = torch.zeros(B, N, dtype=torch.int64, device=self.device)
@@ -45,8 +45,8 @@ class NgramDrafter(Drafter):
         dprobs = None
         if mode.sample:
             V = reqs[0].vocab_size
-            dprobs = torch.zeros(B, N, V, device=self.device)
+            dprobs = torch.zeros(B, N - 1, V, device=self.device)   # row j: draft j = node j + 1
             for i, c in enumerate(chains):
-                for u in range(len(c) - 1):
-                    dprobs[i, u, c[u + 1]] = 1.0
+                for j in range(len(c) - 1):
+                    dprobs[i, j, c[j + 1]] = 1.0
         return Proposal(tokens, parents, num_nodes, depth, dprobs)
