@@ -98,9 +98,11 @@ def _build(args, tmp_path):
 
 
 def test_build_backend_tensorrt_adds_the_graphs_with_the_recipe_tiers(pair, tmp_path):
+    import onnx
+
     target, draft = pair
     res, out = _build(["--target", str(target), "--draft", str(draft), "--drafter", "draft_model",
-                       "--acceptance", "rates=0.8,0.7,0.6"], tmp_path)
+                       "--acceptance", "rates=0.8,0.7,0.6", "--verify", "block"], tmp_path)
     assert res.exit_code == 0, res.output
     cfg = json.loads((out / "tensorrt" / "runtime_config.json").read_text())
     recipe = yaml.safe_load((out / "recipe.yaml").read_text())
@@ -109,7 +111,9 @@ def test_build_backend_tensorrt_adds_the_graphs_with_the_recipe_tiers(pair, tmp_
     for b in range(1, 9):
         tier = next(t for t in cfg["tiers"] if t["batch"][0] <= b <= t["batch"][1])
         assert tier["draft_len"] == next((d for k, d in sorted(schedule.items()) if b <= k), 0)
-    assert cfg["max_nodes"] == recipe["trtllm"]["max_draft_len"] + 1 and cfg["verify"] == "greedy"
+    assert cfg["max_nodes"] == recipe["trtllm"]["max_draft_len"] + 1 and cfg["verify"] == "block"
+    nodes = {n.op_type for n in onnx.load(str(out / "tensorrt" / "target_verify.onnx")).graph.node}
+    assert "TrtSpecVerifyBlock" in nodes and "TrtSpecVerifyGreedy" not in nodes
     assert (out / "tensorrt" / "target_verify.onnx").is_file() and (out / "tensorrt" / "draft_step.onnx").is_file()
     manifest = json.loads((out / "manifest.json").read_text())
     assert any(k.startswith("tensorrt/") for k in manifest["outputs"])
@@ -140,4 +144,7 @@ def test_build_backend_tensorrt_rejects_unsupported_choices(pair, tmp_path):
     res = CliRunner().invoke(build, ["--target", str(target), "--draft", str(draft), "--verify", "sample",
                                      "--out", str(tmp_path / "b")])
     assert res.exit_code != 0 and "--verify sample chooses the verification node of --backend tensorrt" in res.output
+    res = CliRunner().invoke(build, ["--target", str(target), "--draft", str(draft), "--drafter", "eagle3",
+                                     "--backend", "tensorrt", "--verify", "block", "--out", str(tmp_path / "b")])
+    assert res.exit_code != 0 and "exports EAGLE-3 step graphs with --verify greedy; got --verify block" in res.output
     assert not (tmp_path / "b").exists()

@@ -101,6 +101,9 @@ class BuildOptions(BaseModel):
         if self.backend == "tensorrt" and self.drafter not in TENSORRT_DRAFTERS:
             raise ValueError(f"--backend tensorrt exports step graphs for --drafter {' or '.join(TENSORRT_DRAFTERS)}; "
                              f"got --drafter {self.drafter}")
+        if self.backend == "tensorrt" and self.drafter == "eagle3" and self.verify != "greedy":
+            raise ValueError(f"--backend tensorrt exports EAGLE-3 step graphs with --verify greedy; got --verify "
+                             f"{self.verify} (use --drafter draft_model for sampled or block graphs)")
         if self.verify != "greedy" and self.backend != "tensorrt":
             raise ValueError(f"--verify {self.verify} chooses the verification node of --backend tensorrt graphs; "
                              "the TensorRT-LLM bundle verifies with the serving engine's own sampler")

@@ -235,6 +235,10 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                                  f"acceptance (max_draft_len {recipe.max_draft_len}); nothing to deploy with "
                                  f"--drafter {opts.drafter}")
             state["configs"] = emit.plan_configs(recipe, opts, vi.drafter_facts)  # refuses before any quantization
+            if opts.backend == "tensorrt":   # the engine tiers' trees against the plugins' limits, before quantizing
+                from trtspec.onnx.tiers import tiers_from_recipe
+
+                state["tiers"] = tiers_from_recipe(recipe, opts.max_batch_size, opts.verify)
             planned = PLANNER_QUANT.get(opts.quant)
             return _describe_recipe(recipe) + (f" (planned with {planned} costs: same bytes per weight and "
                                                f"activation as {opts.quant})" if planned else "")
@@ -352,10 +356,8 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
             if opts.backend == "tensorrt":
                 def s_tensorrt(adv):
                     from trtspec.onnx.tensorrt import write_tensorrt_backend
-                    from trtspec.onnx.tiers import tiers_from_recipe
 
-                    said = []
-                    tiers = tiers_from_recipe(recipe, opts.max_batch_size, opts.verify)
+                    said, tiers = [], state["tiers"]
                     cfg = write_tensorrt_backend(vi.target.path, vi.draft.path, tmp / "tensorrt", tiers=tiers,
                                                  verify=opts.verify, drafter=opts.drafter,
                                                  quant=TENSORRT_QUANTS[opts.quant],

@@ -13,10 +13,14 @@ host (or TensorRT's runtime) owns the cache. The graphs:
       accepted_len, accepted_nodes, bonus = TrtSpecVerifyGreedy(tokens, parents, logits)
 
   With ``capture`` layer ids it also returns those layers' outputs (EAGLE-3's auxiliary hidden
-  states), concatenated in ``capture`` order.
+  states), concatenated in ``capture`` order. :class:`SampledVerifyStep` computes the target's
+  probabilities in the graph (temperature / top-k / top-p per request, runtime inputs) and ends in
+  ``TrtSpecVerifySample`` (trees) or ``TrtSpecVerifyBlock`` (chains), with the draft's probabilities
+  and each request's seed / offset as inputs.
 
 * :class:`DraftStep` -- the draft model over ``T`` new tokens of a chain (prefill or one decode
-  step), returning the last position's logits and the new K/V.
+  step), returning the last position's logits and the new K/V (:class:`SampledDraftStep`: also the
+  transformed distribution the next draft is drawn from).
 
 * :class:`Eagle3DraftStep` -- the EAGLE-3 head over ``T`` new entries ``(g, token)`` of a chain, where
   ``g`` is ``fc(aux_hidden)`` (entries of committed tokens) or the head's previous output (drafts).

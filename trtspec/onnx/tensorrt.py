@@ -35,8 +35,13 @@ def target_profile(s: ExportSpec, lo: int, opt: int, hi: int, nodes: tuple[int, 
     kv = _kv(s.num_layers, s.kv_heads, s.head_dim)
     past = (kv(lo, 1), kv(opt, max(1, max_seq_len // 2)), kv(hi, max_seq_len))
     b = (lo, opt, hi)
-    return {"tokens": tuple((b[i], nodes[i]) for i in range(3)), "parents": tuple((b[i], nodes[i]) for i in range(3)),
-            "cache_lens": tuple((x,) for x in b), "past_k": past, "past_v": past}
+    shapes: Shapes = {"tokens": tuple((b[i], nodes[i]) for i in range(3)),
+                      "parents": tuple((b[i], nodes[i]) for i in range(3)),
+                      "cache_lens": tuple((x,) for x in b), "past_k": past, "past_v": past}
+    if s.verify != "greedy":   # the sampled graph's inputs (trtspec.onnx.export.SAMPLED_INPUTS)
+        shapes["draft_probs"] = tuple((b[i], nodes[i] - 1, s.vocab_size) for i in range(3))
+        shapes.update({n: tuple((x,) for x in b) for n in ("draft_lens", "seed", "offset", "temperature", "top_k", "top_p")})
+    return shapes
 
 
 def draft_profile(s: ExportSpec, max_batch: int, max_seq_len: int) -> Shapes:
@@ -51,6 +56,8 @@ def draft_profile(s: ExportSpec, max_batch: int, max_seq_len: int) -> Shapes:
         shapes.update({"aux_hidden": tuple((*x, k_e) for x in bt), "hidden": tuple((*x, s.draft_hidden_size) for x in bt),
                        "from_aux": bt})
     shapes.update({"cache_lens": ((1,), (opt,), (max_batch,)), "past_k": past, "past_v": past})
+    if s.verify != "greedy":   # the in-graph sampling transform's per-request parameters
+        shapes.update({n: ((1,), (opt,), (max_batch,)) for n in ("temperature", "top_k", "top_p")})
     return shapes
 
 
@@ -188,6 +195,7 @@ def write_tensorrt_backend(target_dir, draft_dir, out_dir, *, tiers: list[Tier],
     config = {
         "format": RUNTIME_FORMAT, "engines_built": engines, "plugin_library": PLUGIN_LIBRARY,
         "plugin_namespace": "trtspec", "verify": verify, "drafter": drafter, "max_nodes": spec.max_nodes,
+        "sort_width": spec.sort_width,
         "fp16": fp16, "quant": quant,
         "tiers": [{"batch": [t.lo, t.hi], "draft_len": t.draft_len, "num_nodes": t.num_nodes, "topk": t.topk,
                    "engine": "target_verify.plan", "profile": i} for i, t in enumerate(tiers)],
