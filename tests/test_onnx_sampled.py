@@ -140,3 +140,36 @@ def test_sampling_parameters_the_graphs_cannot_apply_are_refused(sampled, export
         OnnxSpecDecoder(out).generate([[1]], 3, temperature=1.0, top_p=0.0)
     with pytest.raises(OnnxRunError, match="these graphs verify greedily"):
         OnnxSpecDecoder(exported).generate([[1]], 3, temperature=1.0)
+
+
+def test_sampled_graph_equals_the_eager_step_on_a_ragged_tree(far_pair, sampled, one_thread):
+    """onnxruntime on the sampled graph == the torch module it was traced from (TrtSpecVerifySample on a
+    branching tree; TrtSpecVerifyBlock on a chain), with ragged draft_lens and per-request streams."""
+    from trtspec.onnx.graphs import SampledVerifyStep
+    from trtspec.runtime.models import load_model
+
+    verify, out = sampled
+    spec = ExportSpec.load(out)
+    rng = np.random.default_rng(3)
+    B, N, P = 3, 5, 4
+    parents = np.array([[-1, 0, 0, 1, 1], [-1, 0, 1, 1, 0], [-1, 0, 1, 2, 3]] if verify == "sample"
+                       else [[-1, 0, 1, 2, 3]] * B, dtype=np.int32)
+    q = rng.dirichlet(np.ones(spec.vocab_size) * 0.3, size=(B, N - 1)).astype(np.float32)
+    q /= q.sum(-1, keepdims=True)
+    tokens = np.concatenate([rng.integers(0, 256, size=(B, 1)),
+                             np.array([[rng.choice(256, p=q[b, j] / q[b, j].sum()) for j in range(N - 1)]
+                                       for b in range(B)])], axis=1)
+    feed = {"tokens": tokens, "parents": parents, "cache_lens": np.array([4, 1, 0]),
+            "past_k": rng.standard_normal((2, B, 2, P, 16)).astype(np.float32),
+            "past_v": rng.standard_normal((2, B, 2, P, 16)).astype(np.float32),
+            "draft_probs": q, "draft_lens": np.array([4, 2, 0], dtype=np.int32),
+            "seed": np.array([5, -7, 1 << 40]), "offset": np.array([0, 3, 9]),
+            "temperature": np.array([1.0, 0.6, 1.0], dtype=np.float32), "top_k": np.array([0, 0, 20]),
+            "top_p": np.array([1.0, 0.9, 1.0], dtype=np.float32)}
+    got = ort_ops.session(out / "target_verify.onnx", threads=1).run(None, feed)
+    step = SampledVerifyStep(load_model(far_pair[0]), verify=verify, width=spec.sort_width)
+    with torch.no_grad():
+        ref = step(*[torch.from_numpy(v) for v in feed.values()])
+    for name, a, b in zip(("accepted_len", "accepted_nodes", "bonus_token"), got, ref):
+        np.testing.assert_array_equal(a, b.numpy(), err_msg=name)
+    assert got[0][2] == 0 and (got[1][2, 1:] == -1).all()   # no drafts: the bonus token only
