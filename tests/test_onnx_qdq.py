@@ -81,3 +81,18 @@ def test_int4_awq_exports_blocked_weight_dequantization(tmp_path):
         w, s = inits.get(n.input[0]), inits.get(n.input[1])
         if w is not None and s is not None:
             assert s == (w[0], w[1] // 128)
+
+
+def test_quantizers_calibrate_on_the_given_token_sequences(pair):
+    """With calib sequences the scales come from them (the bundle's texts), not from random ids."""
+    from trtspec.onnx.qdq import quantize_for_export, to_qdq
+    from trtspec.runtime.models import load_model
+
+    scales = []
+    for calib in (None, [[65, 66, 67, 32] * 8, [10, 20, 30] * 5], [[65, 66, 67, 32] * 8, [10, 20, 30] * 5]):
+        m = load_model(pair[0])
+        quantize_for_export(m, "int8", calib)
+        scales.append(float(to_qdq(m).model.layers[0].self_attn.q_proj.input_q.scale))
+    assert scales[1] == scales[2] and scales[0] != scales[1]
+    with pytest.raises(ValueError, match="calib must be a non-empty list of non-empty token-id sequences"):
+        quantize_for_export(load_model(pair[0]), "int8", [[]])

@@ -357,11 +357,12 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                 def s_tensorrt(adv):
                     from trtspec.onnx.tensorrt import write_tensorrt_backend
 
-                    said, tiers = [], state["tiers"]
+                    said, tiers, quant = [], state["tiers"], TENSORRT_QUANTS[opts.quant]
+                    calib = None if quant == "none" else calib_mod.encode_batches(   # the bundle's calibration texts
+                        calib_mod.load_texts(opts.calib), vi.target.path, opts.calib_samples, opts.calib_seq_len, opts.seed)
                     cfg = write_tensorrt_backend(vi.target.path, vi.draft.path, tmp / "tensorrt", tiers=tiers,
-                                                 verify=opts.verify, drafter=opts.drafter,
-                                                 quant=TENSORRT_QUANTS[opts.quant],
-                                                 max_seq_len=opts.max_seq_len, log=said.append)
+                                                 verify=opts.verify, drafter=opts.drafter, quant=quant,
+                                                 max_seq_len=opts.max_seq_len, calib=calib, log=said.append)
                     with open(tmp / "README.md", "a") as f:
                         f.write("- `tensorrt/`: ONNX step graphs with trtspec plugin nodes"
                                 + (", TensorRT engines" if cfg["engines_built"] else

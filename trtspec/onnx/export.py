@@ -220,7 +220,7 @@ def _write_graphs(target, draft, spec: ExportSpec, out: Path) -> None:
 
 def export_step_graphs(target_dir: str | Path, draft_dir: str | Path, out_dir: str | Path, *,
                        max_nodes: int = 5, verify: str = "greedy", drafter: str = "draft_model",
-                       quant: str = "none") -> ExportSpec:
+                       quant: str = "none", calib: list[list[int]] | None = None) -> ExportSpec:
     """Write ``target_verify.onnx``, the drafter's step graph and ``onnx_spec.json`` into ``out_dir``.
 
     Args:
@@ -231,6 +231,8 @@ def export_step_graphs(target_dir: str | Path, draft_dir: str | Path, out_dir: s
         verify: the verification node the target graph ends in (see :data:`VERIFY`).
         quant: one of :data:`trtspec.onnx.qdq.QUANT_FORMATS`; not ``none``: the target's (and a draft
             model's) linear layers are fake-quantized with Model-Optimizer and export as Q/DQ.
+        calib: token-id sequences the quantizers calibrate on (default: random ids, see
+            :func:`trtspec.onnx.qdq.quantize_for_export`).
 
     Everything is checked before any model loads; the directory is written atomically.
     """
@@ -253,7 +255,7 @@ def export_step_graphs(target_dir: str | Path, draft_dir: str | Path, out_dir: s
         from trtspec.onnx.qdq import quantize_for_export, to_qdq
 
         for m in quantized:
-            quantize_for_export(m, quant)
+            quantize_for_export(m, quant, calib)
         target = to_qdq(target)
         draft = to_qdq(draft) if drafter == "draft_model" else draft
     out_dir = Path(out_dir)

@@ -121,12 +121,14 @@ def _modelopt_config(quant: str):
     return {"fp8": mtq.FP8_DEFAULT_CFG, "int8": mtq.INT8_DEFAULT_CFG, "int4_awq": mtq.INT4_AWQ_CFG}[quant]
 
 
-def quantize_for_export(model, quant: str, calib_batches: int = 4, seed: int = 0) -> None:
+def quantize_for_export(model, quant: str, calib: list[list[int]] | None = None, calib_batches: int = 4,
+                        seed: int = 0) -> None:
     """Fake-quantize ``model``'s linear layers in place with Model-Optimizer so the export carries Q/DQ.
 
-    Calibration runs the functional decoder on ``calib_batches`` batches of random token ids
-    (a graph-structure calibration: ``trtspec build --backend tensorrt`` exports the bundle's own
-    Model-Optimizer checkpoints, calibrated on text).
+    Calibration runs the functional decoder over ``calib`` (token-id sequences, e.g. the bundle's
+    calibration texts from :func:`trtspec.builder.calib.encode_batches`); without it, over
+    ``calib_batches`` batches of random token ids drawn with ``seed`` (the graph structure is the
+    same; the scales are then not those of text).
     """
     import modelopt.torch.quantization as mtq
     import torch
@@ -135,14 +137,19 @@ def quantize_for_export(model, quant: str, calib_batches: int = 4, seed: int = 0
 
     if quant not in QUANT_FORMATS or quant == "none":
         raise ValueError(f"quant must be one of {QUANT_FORMATS[1:]}, got {quant!r}")
+    if calib is not None and (not calib or any(not s for s in calib)):
+        raise ValueError("calib must be a non-empty list of non-empty token-id sequences")
     step, cfg = DraftStep(model), model.config
     g = torch.Generator().manual_seed(seed)
+    if calib is None:
+        batches = [torch.randint(0, cfg.vocab_size, (2, 16), generator=g) for _ in range(calib_batches)]
+    else:
+        batches = [torch.tensor([ids[:cfg.max_position_embeddings]], dtype=torch.int64) for ids in calib]
 
     def forward_loop(_):
-        for _ in range(calib_batches):
-            toks = torch.randint(0, cfg.vocab_size, (2, 16), generator=g)
-            kv = torch.zeros(cfg.num_hidden_layers, 2, cfg.num_key_value_heads, 1, cfg.head_dim)
-            step(toks, torch.zeros(2, dtype=torch.long), kv, kv)
+        for toks in batches:
+            kv = torch.zeros(cfg.num_hidden_layers, toks.shape[0], cfg.num_key_value_heads, 1, cfg.head_dim)
+            step(toks, torch.zeros(toks.shape[0], dtype=torch.long), kv, kv)
 
     with torch.no_grad():
         mtq.quantize(model, _modelopt_config(quant), forward_loop)

@@ -155,13 +155,14 @@ def _listed(shapes: Shapes) -> dict:
 
 def write_tensorrt_backend(target_dir, draft_dir, out_dir, *, tiers: list[Tier], verify: str = "greedy",
                            drafter: str = "draft_model", quant: str = "none", max_seq_len: int = 2048,
-                           fp16: bool = True, log=print) -> dict:
+                           fp16: bool = True, calib: list[list[int]] | None = None, log=print) -> dict:
     """Export the step graphs into ``out_dir`` and build engines or write ``build_engines.sh``.
 
     ``tiers``: the batch tiers (:func:`trtspec.onnx.tiers.tiers_from_recipe`), contiguous from batch 1;
     the graphs are exported for the largest tier tree. ``quant``
     (:data:`trtspec.onnx.qdq.QUANT_FORMATS`) puts Model-Optimizer Q/DQ nodes in the graphs; TensorRT
-    then builds strongly typed engines (``--stronglyTyped``) instead of ``--fp16``.
+    then builds strongly typed engines (``--stronglyTyped``) instead of ``--fp16``; ``calib``: the
+    token-id sequences its quantizers calibrate on.
     Returns the runtime config written to ``out_dir/runtime_config.json``.
     """
     if not tiers or tiers[0].lo != 1 or any(a.hi + 1 != b.lo for a, b in zip(tiers, tiers[1:])):
@@ -174,7 +175,7 @@ def write_tensorrt_backend(target_dir, draft_dir, out_dir, *, tiers: list[Tier],
     fp16 = fp16 and quant == "none"
     out_dir = Path(out_dir)
     spec = export_step_graphs(target_dir, draft_dir, out_dir, max_nodes=max_nodes, verify=verify, drafter=drafter,
-                              quant=quant)
+                              quant=quant, calib=calib)
     tprofiles = target_profiles(spec, tiers, max_seq_len)
     dshapes = draft_profile(spec, tiers[-1].hi, max_seq_len)
     graphs = {"target_verify.onnx": [p["shapes"] for p in tprofiles], spec.draft_graph: [dshapes]}
