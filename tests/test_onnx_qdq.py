@@ -56,6 +56,7 @@ def test_int8_graph_computes_the_fake_quantized_model(pair, int8_graphs, one_thr
     assert np.abs(logits - float_logits).max() > 1e-4    # the quantization is really in the graph
 
 
+@pytest.mark.slow   # its own export: ~40 s on 2 shared cores
 def test_fp8_exports_as_trt_qdq_and_passes_full_check(pair, tmp_path):
     export_step_graphs(*pair, tmp_path / "fp8", max_nodes=3, quant="fp8")
     for name in ("target_verify.onnx", "draft_step.onnx"):
@@ -63,6 +64,7 @@ def test_fp8_exports_as_trt_qdq_and_passes_full_check(pair, tmp_path):
         assert {("trt", "TRT_FP8QuantizeLinear"), ("trt", "TRT_FP8DequantizeLinear")} <= _kinds(tmp_path / "fp8" / name)
 
 
+@pytest.mark.slow   # AWQ search + its own export: ~45 s on 2 shared cores
 def test_int4_awq_exports_blocked_weight_dequantization(tmp_path):
     """INT4-AWQ (hidden/intermediate multiples of 128): weight-only trt::DequantizeLinear, blocks of 128 along
     the input dim, one scale per block (the scale has the weight's shape with axis 1 divided by 128)."""

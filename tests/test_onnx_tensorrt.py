@@ -46,6 +46,7 @@ def test_tier_trees_over_the_plugin_limit_fail_at_export():
         tiers_from_recipe(recipe, 4)
 
 
+@pytest.mark.slow   # exports the step graphs: ~35 s on 2 shared cores
 def test_backend_without_tensorrt_writes_one_profile_per_tier(pair, tmp_path):
     from trtspec.onnx.tensorrt import tensorrt_available, write_tensorrt_backend
 
@@ -97,6 +98,7 @@ def _build(args, tmp_path):
     return res, out
 
 
+@pytest.mark.slow   # a whole build with its export: ~30 s on 2 shared cores
 def test_build_backend_tensorrt_adds_the_graphs_with_the_recipe_tiers(pair, tmp_path):
     import onnx
 
@@ -119,6 +121,7 @@ def test_build_backend_tensorrt_adds_the_graphs_with_the_recipe_tiers(pair, tmp_
     assert any(k.startswith("tensorrt/") for k in manifest["outputs"])
 
 
+@pytest.mark.slow   # a whole build with its export: ~25 s on 2 shared cores
 def test_build_backend_tensorrt_exports_eagle3(eagle3_pair, tmp_path):
     target, head = eagle3_pair
     res, out = _build(["--target", str(target), "--draft", str(head), "--drafter", "eagle3",

@@ -21,7 +21,7 @@ VERIFICATIONS = ("token", "block")
 TENSORRT_DRAFTERS = ("draft_model", "eagle3")
 #: verification node of the --backend tensorrt target graph (trtspec.onnx.tiers.VERIFY_NODES).
 VERIFY_METHODS = ("greedy", "sample", "block")
-#: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.export.QUANT_FORMATS).
+#: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.qdq.QUANT_FORMATS).
 TENSORRT_QUANTS = {"none": "none", "fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4_awq"}
 #: drafters whose draft is a separate checkpoint (``--draft`` required).
 DRAFTERS_WITH_DRAFT = ("draft_model", "eagle3", "dflash", "dspark")
