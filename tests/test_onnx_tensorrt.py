@@ -3,6 +3,7 @@ runtime_config.json and ``trtspec build --backend tensorrt``. No engine is built
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import yaml
@@ -57,6 +58,7 @@ def test_backend_without_tensorrt_writes_one_profile_per_tier(pair, tmp_path):
     cfg = write_tensorrt_backend(*pair, tmp_path / "trt", tiers=tiers, max_seq_len=256, log=said.append)
     assert cfg["engines_built"] is False and "engines need TensorRT and a GPU" in said[0]
     assert not list((tmp_path / "trt").glob("*.plan"))
+    subprocess.run(["bash", "-n", str(tmp_path / "trt" / "build_engines.sh")], check=True)   # valid bash
     script = (tmp_path / "trt" / "build_engines.sh").read_text().replace('"', "").replace("\\\n    ", "")
     for name in ("target_verify", "draft_step"):
         assert f"--onnx={name}.onnx --saveEngine={name}.plan --staticPlugins=$TRTSPEC_PLUGIN_LIB" in script
