@@ -59,7 +59,7 @@ setup(
     include_package_data=True,
     package_data={
         "trtspec": ["recipes/models/*.yaml", "bench/data/*", "zoo/**/*", "triton/**/*", "builder/engines/*.yaml"],
-        "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml", "measurements/*.yaml"],
+        "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml", "measurements/*.yaml", "engines/*.yaml"],
         "trtspec.pluginspecs": ["trtSpec*/trtSpec*.yaml"],
     },
     ext_modules=_extensions(),
@@ -85,6 +85,8 @@ setup(
         "pyarrow",
         "prometheus-client>=0.20",
         "tritonclient[http,grpc]>=2.40",
+        # measured kernel latencies per GPU and engine version (trtspec.recipes.perfdb); 0.12.0 tested
+        "aiconfigurator-core>=0.12,<0.13",
     ],
     extras_require={"test": ["pytest>=8", "hypothesis>=6", "scipy", "ninja"]},
     entry_points={"console_scripts": ["trtspec=trtspec.cli:main"]},

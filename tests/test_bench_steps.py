@@ -188,11 +188,13 @@ def test_engine_profile_cell_rebuilds_before_the_budget_caps_drafts(tmp_path):
     pipe = with_draft_len(load_pipeline(str(target), str(draft), draft_len=3), 3)
     cfg = ProfileConfig(batch_sizes=(2,), tokens=(4,), context_len=40)
     cell = _EngineCell(pipe, 2, 3, 40, cfg)
-    assert cell.budget == 64 - 40 - 1
+    assert (cell.prompt_len, cell.max_len) == (40 - 8, 40 + 8)  # lengths kept centred on the context
+    assert cell.budget == 64 - cell.prompt_len - 1
     orig = pipe.drafter.propose
     for _ in range(40):
         rest, dd = cell.step()
         assert rest > 0 and dd > 0 and min(cell.left.values()) >= 1  # no request ran out of budget
+        assert cell.prompt_len + cell.budget - min(cell.left.values()) <= cell.max_len
     assert cell.builds >= 2 and min(cell.left.values()) >= 1
     with pytest.raises(ValueError, match="too few for steps of D=3"):
         _EngineCell(pipe, 2, 3, 60, cfg)

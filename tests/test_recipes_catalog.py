@@ -129,8 +129,15 @@ def test_missing_field_names_it():
 
 
 def test_unknown_attention_type_in_layer_types():
-    with pytest.raises(ConfigError, match=r"unknown attention type 'chunked_attention' at layer_types\[1\]"):
+    with pytest.raises(ConfigError, match=r"unknown attention type 'ring_attention' at layer_types\[1\]"):
+        from_hf_config({**BASE, "layer_types": ["full_attention", "ring_attention"]}, "m")
+
+
+def test_chunked_attention_needs_its_chunk_size():
+    with pytest.raises(ConfigError, match="'attention_chunk_size' must be a positive integer"):
         from_hf_config({**BASE, "layer_types": ["full_attention", "chunked_attention"]}, "m")
+    arch = from_hf_config({**BASE, "layer_types": ["full_attention", "chunked_attention"], "attention_chunk_size": 64})
+    assert [(b.mixer, b.window) for b in arch.blocks] == [("attention", None), ("sliding", 64)]
 
 
 def test_unknown_explicit_attention_type():

@@ -8,7 +8,7 @@ from trtspec.recipes.arch import Architecture, Block, MoESpec, load_architecture
 from trtspec.recipes.costmodel import Precision, forward_cost, unique_experts
 from trtspec.recipes.drafters import DrafterSpec
 from trtspec.recipes.gpus import load_gpu
-from trtspec.recipes.optimizer import PlanRequest, _Evaluator, plan
+from trtspec.recipes.optimizer import PlanRequest, _Evaluator, plan, request_pricer, tie_tolerance
 
 
 def synthetic(group, layers=4, hidden=1024, kv_heads=8, moe=None):
@@ -29,10 +29,23 @@ def request(arch, *, drafter="ngram", rates=0.95, gpu="h200", **kw):
 
 @pytest.mark.parametrize("group", [4, 8, 16, 32])
 def test_guideline2_attention_dominated_decode_picks_128_over_g_minus_1(group):
-    req = request(synthetic(group), batches=(8,), context=131072, max_draft_len=128 // group + 12)
+    req = request(synthetic(group), batches=(8,), context=131072, max_draft_len=128 // group + 12, pricing="roofline")
     row = plan(req).rows[0]
     assert row.draft_len == 128 // group - 1
     assert "attention tile" in row.binding_rule
+
+
+@pytest.mark.parametrize("group", [4, 8, 16, 32])
+def test_guideline2_with_measured_kernels_stops_at_a_multiple_of_128_rows(group):
+    """Measured pricing (perf-db attention kernel x ceil(G*(1+D)/128), fitted engine costs): the chosen D still fills
+    whole 128-row tiles, G*(1+D) = 128*k. Measured reason it is not always k = 1: the engine's fixed costs per step
+    (step_us, spec_layer_us) dilute the attention term of these 4-layer models, so at G = 32 a second pass over the
+    KV cache (2x attention) costs less than the AL it buys from 4 to 8 tokens, and D = 256/G - 1 wins."""
+    req = request(synthetic(group), batches=(8,), context=131072, max_draft_len=128 // group + 12)
+    row = plan(req).rows[0]
+    assert (group * (row.draft_len + 1)) % 128 == 0, row.draft_len
+    assert "attention tile" in row.binding_rule
+    assert row.sources["verify.attention"].startswith("perf-db trtllm")
 
 
 def test_attention_cost_is_flat_then_steps_at_multiples_of_128():
@@ -61,18 +74,33 @@ def test_guideline3_never_just_past_a_multiple_of_128_when_below_is_as_good():
         prof, spec = req.acceptance["ngram"], req.drafters[0]
         low = ev.point(spec, d_low, prof.expected_al(d_low), d_low + 1).tokens_per_s
         chosen = ev.point(spec, d, prof.expected_al(d), d + 1).tokens_per_s
-        assert low < chosen * (1 - req.tie_tolerance), (group, d, d_low)
+        assert low < chosen * (1 - tie_tolerance(req, request_pricer(req))), (group, d, d_low)
         checked += 1
     assert checked >= 1
 
 
-def test_dense_gqa_on_h200_draft_len_shrinks_with_batch_and_stops():
+@pytest.mark.parametrize("pricing", ["roofline", "perf-db"])
+def test_dense_gqa_on_h200_draft_len_shrinks_with_batch_and_stops(pricing):
+    """Analytic model: the per-batch optimum itself is non-increasing. Measured reason it need not be with perf-db
+    pricing: neighbouring GEMM shapes scatter by ~1% in the collected tables and the speedup curve is flat near its
+    top, so the per-batch argmax may step back up by one (6, 5, 6 at B = 1, 2, 4); the engine schedule (optimal
+    non-increasing, recipe.monotone_schedule) is monotone and loses under 2% anywhere against the per-batch optimum."""
+    from trtspec.recipes.api import recipe_from_plan
+
     req = PlanRequest(model=load_architecture("llama-3.1-70b"), gpu=load_gpu("h200"), drafters=(DrafterSpec("eagle3"),),
                       acceptance={"eagle3": parse_acceptance("prior:llama3.3-70b-eagle3")}, quant="fp8",
-                      context=1024, batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
-    ds = [r.draft_len for r in plan(req).rows]
-    assert all(a >= b for a, b in zip(ds, ds[1:])), ds
-    assert ds[0] >= 4 and ds[-1] == 0 and ds[0] > ds[5]
+                      context=1024, batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), pricing=pricing)
+    result = plan(req)
+    ds = [r.draft_len for r in result.rows]
+    if pricing == "roofline":
+        assert all(a >= b for a, b in zip(ds, ds[1:])), ds
+    recipe = recipe_from_plan(result, model_label="llama-3.1-70b", max_batch_size=512)
+    sched = [recipe.vllm_schedule[r.batch] for r in result.rows]
+    assert all(a >= b for a, b in zip(sched, sched[1:])), sched
+    assert sched[0] >= 4 and sched[-1] == 0 and sched[0] > sched[5]
+    for r, d in zip(result.rows, sched):
+        curve = result.curves[r.batch]["eagle3"]
+        assert curve[d] >= curve[r.draft_len] * 0.98, (r.batch, d, r.draft_len)
 
 
 def test_sparser_moe_keeps_draft_len_larger_at_same_batch():
@@ -96,23 +124,30 @@ def test_unique_experts_formula():
     assert unique_experts(64, 4, 3) == pytest.approx(64 * (1 - (1 - 4 / 64) ** 3))
 
 
-def test_guideline4_low_latency_formula_for_a_deep_draft_model():
+@pytest.mark.parametrize("pricing", ["roofline", "perf-db"])
+def test_guideline4_low_latency_formula_for_a_deep_draft_model(pricing):
+    """speedup ~ AL / (1 + sigma + rho*D) at batch 1. The analytic model has sigma ~ 0 (40 us of speculative fixed
+    cost on a ~20 ms step). Measured reason for sigma > 0 with perf-db pricing: the engine file's fitted
+    speculative costs (spec_layer_us per target layer, spec_request_us) are a few percent of the 70B step; rho
+    still follows the draft/target depth ratio."""
     target = load_architecture("llama-3.1-70b")
     deep = Architecture(name="deep-draft", hidden=8192, vocab=target.vocab, num_heads=64, num_kv_heads=8,
                         head_dim=128, intermediate=28672, blocks=tuple(Block("attention", "dense") for _ in range(8)))
     req = PlanRequest(model=target, gpu=load_gpu("h200"), drafters=(DrafterSpec("draft_model", draft_arch=deep),),
                       acceptance={"draft_model": const(0.8)}, quant="fp8", context=1024, batches=(1,),
-                      draft_len=None, max_draft_len=10)
+                      draft_len=None, max_draft_len=10, pricing=pricing)
     ev = _Evaluator(req, 1)
     spec = req.drafters[0]
     t_target = ev.verify(1).total
     rho = ev.draft(spec, 1, 1).total / t_target
+    sigma = ev.spec_overhead / t_target
     # rho follows the draft/target depth ratio (same width): 8 of 80 layers plus a second LM head
     assert rho == pytest.approx(8 / 80, abs=0.03)
+    assert sigma < 0.01 if pricing == "roofline" else 0.01 < sigma < 0.3
     for d in range(1, 11):
         p = ev.point(spec, d, req.acceptance["draft_model"].expected_al(d), d + 1)
         predicted = p.tokens_per_s / (1 / t_target)
-        formula = p.expected_al / (1 + rho * d)
+        formula = p.expected_al / (1 + sigma + rho * d)
         assert predicted == pytest.approx(formula, rel=0.03), d
 
 
@@ -183,3 +218,120 @@ def test_latency_floors_are_fixed_in_draft_length_for_tp8_mla_moe():
     layers = arch.num_layers
     # every layer pays at least its small kernels' floors: >= 4 (MLA) + 2 (dense) kernels
     assert one.overhead >= layers * 6 * gpu.kernel_floor
+
+
+# ---- attention variants (trtspec.recipes.variants) -------------------------------------------------------------
+from trtspec.recipes.arch import MLASpec  # noqa: E402
+from trtspec.recipes.costmodel import attention_time, cache_bytes  # noqa: E402
+from trtspec.recipes.variants import AttnDims, Indexer, SparseAttention  # noqa: E402
+
+MLA = MLASpec(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=1536)
+
+
+def mla_arch(sparse=None, heads=128):
+    return Architecture(name="syn-mla", hidden=7168, vocab=1000, num_heads=heads, num_kv_heads=heads, head_dim=192,
+                        intermediate=2048, mla=MLA, blocks=(Block("mla", "dense", sparse=sparse),))
+
+
+def dsa(shared=False, topk=2048):
+    return SparseAttention("dsa", topk=topk, indexer=Indexer(64, 128, 132, shared=shared, params=0 if shared else 1))
+
+
+def att(arch, gpu="h200", quant="fp8", tp=8, batch=8, tokens=1, context=4096):
+    return attention_time(arch, arch.blocks[0], load_gpu(gpu), Precision.of(quant), tp, batch, tokens, context)
+
+
+def test_dsa_verify_attention_grows_with_every_draft_token_where_dense_mla_is_flat():
+    """Sparse kernels gather each query token's own top-k entries: T tokens cost T decodes (no tile sharing)."""
+    sparse, dense = mla_arch(dsa(shared=True)), mla_arch()
+    one = att(sparse, batch=64, tokens=1, context=16384)
+    for t in (2, 4, 8):
+        assert att(sparse, batch=64, tokens=t, context=16384) == pytest.approx(t * one, rel=1e-9)
+        assert att(dense, batch=64, tokens=t, context=16384) == pytest.approx(att(dense, batch=64, context=16384),
+                                                                             rel=1e-3)
+
+
+def test_dsa_reads_top_k_entries_and_its_indexer_scans_the_whole_context():
+    no_indexer, with_indexer, dense = mla_arch(dsa(shared=True)), mla_arch(dsa()), mla_arch()
+    # main attention: capped at index_topk entries, so flat in context beyond 2048 tokens
+    assert att(no_indexer, context=8192) == pytest.approx(att(no_indexer, context=131072))
+    # the indexer's pass over all keys grows linearly with the context
+    idx = lambda c: att(with_indexer, context=c) - att(no_indexer, context=c)  # noqa: E731
+    steps = [idx(c * 2) - idx(c) for c in (16384, 32768, 65536)]
+    assert steps[0] > 0 and steps[1] == pytest.approx(2 * steps[0], rel=0.01)
+    assert steps[2] == pytest.approx(2 * steps[1], rel=0.01)
+    # at long context DSA costs a fraction of dense MLA; at 2k context (top-k = whole context) about the same
+    assert att(with_indexer, context=131072) < 0.3 * att(dense, context=131072)
+    assert att(no_indexer, context=2048) == pytest.approx(att(dense, context=2048), rel=0.2)
+
+
+def test_shared_indexer_layers_skip_the_pass_and_its_keys():
+    full, shared = mla_arch(dsa()), mla_arch(dsa(shared=True))
+    prec = Precision.of("fp8")
+    assert att(shared, context=65536) < att(full, context=65536)
+    per_token = (cache_bytes(full, prec, 8, 1, 1000) - cache_bytes(shared, prec, 8, 1, 1000)) / 1000
+    assert per_token == pytest.approx(132)  # one FP8 index key + scale per token, only where the indexer runs
+
+
+def test_deepseek_v4_entries_window_plus_compressed():
+    csa = SparseAttention("csa", topk=512, window=128, compress=4, indexer=Indexer(64, 128, 64))
+    hca = SparseAttention("hca", window=128, compress=128)
+    swa = SparseAttention("swa", window=128)
+    assert [csa.entries(n) for n in (100, 1000, 100_000)] == [100 + 25, 128 + 250, 128 + 512]
+    assert [hca.entries(n) for n in (100, 100_000)] == [100, 128 + 781]
+    assert swa.entries(100_000) == 128 and swa.indexed_keys(100_000) == 0
+    assert csa.indexed_keys(100_000) == 25_000 and hca.indexed_keys(100_000) == 0
+    assert csa.cached_entries(100_000) == 128 + 25_000 and hca.cached_entries(1000) == 128 + 7
+
+
+def test_heavily_compressed_attention_grows_with_context_over_128():
+    """HCA reads the 128-token window plus context/128 compressed entries: from 16k to 128k tokens it costs
+    (128 + 1024) / (128 + 128) = 4.5x more, where dense MLA costs 8x more."""
+    v4 = lambda s: mla_arch(s, heads=64)  # noqa: E731
+    hca, dense = v4(SparseAttention("hca", window=128, compress=128, full_mixer=True)), v4(None)
+    grow = lambda a: att(a, batch=512, context=131072 - 1) / att(a, batch=512, context=16384 - 1)  # noqa: E731
+    assert grow(hca) == pytest.approx(4.5, rel=0.01) and grow(dense) == pytest.approx(8.0, rel=0.01)
+
+
+def test_msa_reads_its_selected_blocks_per_kv_head():
+    def gqa(sparse):
+        return Architecture(name="syn-msa", hidden=6144, vocab=1000, num_heads=64, num_kv_heads=4, head_dim=128,
+                            intermediate=3072, blocks=(Block("attention", "dense", sparse=sparse),))
+
+    msa = SparseAttention("msa", topk=16 * 128, indexer=Indexer(4, 128, 256, "bf16", sharded=True, shared=True))
+    sparse, dense = gqa(msa), gqa(None)
+    # up to 2048 tokens the selection is the whole context: the same bytes as dense GQA (memory-bound decode)
+    short = att(dense, tp=4, batch=32, context=2000)
+    assert att(sparse, tp=4, batch=32, context=2000) == pytest.approx(short, rel=0.01)
+    assert att(sparse, tp=4, batch=32, context=65536) == pytest.approx(att(sparse, tp=4, batch=32, context=4096))
+    assert att(sparse, tp=4, batch=32, context=65536) < 0.05 * att(dense, tp=4, batch=32, context=65536)
+
+
+def test_per_layer_geometry_prices_like_a_model_of_that_geometry():
+    """A layer with its own sizes (Gemma 4 global, MiMo-V2 sliding, NAS) costs what a uniform model of those sizes
+    costs in the dense rule, KV cache included."""
+    own = Architecture(name="mixed", hidden=4096, vocab=1000, num_heads=16, num_kv_heads=8, head_dim=128,
+                       intermediate=8192, blocks=(Block("sliding", "dense", 1024, dims=AttnDims(32, 2, 256, 256)),))
+    uniform = Architecture(name="uniform", hidden=4096, vocab=1000, num_heads=32, num_kv_heads=2, head_dim=256,
+                           intermediate=8192, blocks=(Block("sliding", "dense", 1024),))
+    gpu, prec = load_gpu("h200"), Precision.of("fp8")
+    for tp, tokens, context in ((1, 1, 500), (2, 7, 65536), (4, 16, 4096)):
+        a = attention_time(own, own.blocks[0], gpu, prec, tp, 8, tokens, context)
+        b = attention_time(uniform, uniform.blocks[0], gpu, prec, tp, 8, tokens, context)
+        assert a == pytest.approx(b, rel=1e-12)
+        assert cache_bytes(own, prec, tp, 8, context) == pytest.approx(cache_bytes(uniform, prec, tp, 8, context))
+    assert own.mixer_params(own.blocks[0]) == uniform.mixer_params(uniform.blocks[0])
+    assert forward_cost(own, gpu, prec, batch=4, tokens=3).total == pytest.approx(
+        forward_cost(uniform, gpu, prec, batch=4, tokens=3).total)
+
+
+def test_sparse_attention_keeps_draft_length_smaller_at_long_context():
+    """Where attention dominates, dense MLA verifies 1+D tokens in one KV pass (flat until G*(1+D) > 128) while
+    DSA pays per token: the planner drafts fewer tokens on the sparse model."""
+    def model(sparse):
+        return Architecture(name="syn", hidden=7168, vocab=1000, num_heads=128, num_kv_heads=128, head_dim=192,
+                            intermediate=18432, mla=MLA, blocks=tuple(Block("mla", "dense", sparse=sparse)
+                                                                      for _ in range(8)))
+    d = {k: plan(request(model(s), rates=0.7, batches=(64,), context=65536, tp=8, quant="fp8",
+                         max_draft_len=12)).rows[0].draft_len for k, s in (("dense", None), ("dsa", dsa(shared=True)))}
+    assert d["dsa"] < d["dense"], d

@@ -174,14 +174,23 @@ def test_monotone_schedule_is_the_best_non_increasing_choice():
     assert sched[min(sched)] == max_len and all(v <= max_len for v in sched.values())
 
 
+def _tolerance(req):
+    from trtspec.recipes.optimizer import request_pricer, tie_tolerance
+
+    return tie_tolerance(req, request_pricer(req))
+
+
 def test_latency_objective_takes_any_gain():
     kw = dict(model="llama-3.1-8b", gpu="h100", drafters="eagle3", acceptance="rates=0.75", batches=[1, 32, 128])
-    thr = plan(build_request(objective="throughput", **kw)).rows
+    req = build_request(objective="throughput", **kw)
+    thr = plan(req).rows
     lat = plan(build_request(objective="latency", **kw)).rows
+    tol = _tolerance(req)  # 1% with measured kernel tables, 0.1% for the analytic model
+    assert tol == 1e-2
     for a, b in zip(thr, lat):
         assert b.draft_len >= a.draft_len
         assert b.tokens_per_s >= a.tokens_per_s * (1 - 1e-12)
-        assert a.tokens_per_s >= b.tokens_per_s * (1 - 1e-3)  # throughput's tie tolerance is 0.1%
+        assert a.tokens_per_s >= b.tokens_per_s * (1 - tol)  # throughput's tie tolerance
 
 
 def test_draft_model_needs_its_architecture():
@@ -240,14 +249,15 @@ def test_latency_objective_minimizes_mean_per_user_time_per_token_over_the_mix()
 
 def test_latency_equals_throughput_choice_up_to_the_tolerance_without_categories():
     """At a fixed batch, per-user tokens/s is aggregate / B: with one category the objectives can differ only by
-    throughput's 0.1% tie tolerance (then latency takes the larger D)."""
+    throughput's tie tolerance (then latency takes the larger D)."""
     kw = dict(model="llama-3.1-8b", gpu="h100", drafters="eagle3", acceptance="rates=0.75", batches=[1, 32, 128])
-    thr = plan(build_request(objective="throughput", **kw)).rows
+    req = build_request(objective="throughput", **kw)
+    thr = plan(req).rows
     lat = plan(build_request(objective="latency", **kw)).rows
     for a, b in zip(thr, lat):
         assert b.draft_len >= a.draft_len
         assert b.latency_ms_per_token <= a.latency_ms_per_token * (1 + 1e-12)
-        assert a.tokens_per_s >= b.tokens_per_s * (1 - 1e-3)
+        assert a.tokens_per_s >= b.tokens_per_s * (1 - _tolerance(req))
 
 
 def _memory_request(context, memory_fraction=None):

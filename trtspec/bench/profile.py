@@ -286,21 +286,30 @@ def load_cost_table(path: str | Path) -> CostTable:
 
 
 class _EngineCell:
-    """Engine steps at one (B, D) on random prompts of ``context`` tokens (no stop tokens).
+    """Engine steps at one (B, D) on random prompts, attending to ``context`` tokens on average.
 
-    :meth:`step` returns (step seconds - drafter seconds, drafter seconds) of one step with all
-    B requests drafting the full D; before a step that some request's token budget would cap, the
-    engine is rebuilt with fresh prompts (prefill step untimed)."""
+    A step's attention reads every request's whole cache, so the cell keeps its requests' lengths
+    in a window centred on ``context``: prompts of ``context - spread`` tokens (``spread`` =
+    max(8, 2 (D+1)), less where the context is shorter), and the engine is rebuilt with fresh
+    prompts (prefill step untimed) before a step that could take the longest request past
+    ``context + spread`` or that some request's token budget would cap. (Letting the requests grow
+    for the cell's whole life instead made the profiled step dearer than the sweep's steady steps
+    at the same nominal context, increasingly so with B, where attention weighs most.)
+    :meth:`step` returns (step seconds - drafter seconds, drafter seconds) of one step with all B
+    requests drafting the full D."""
 
     def __init__(self, pipe: Any, batch: int, draft_len: int, context: int, cfg: ProfileConfig):
         import torch
 
         self.pipe, self.batch, self.d, self.context = pipe, batch, draft_len, context
         ctx = int(pipe.target.config.max_position_embeddings)
-        self.budget = min(ctx - context - 1, 64 * (draft_len + 1))
-        if self.budget < 2 * (draft_len + 2):
-            raise ValueError(f"context {context} at batch {batch}: leaves {self.budget} of the target's {ctx} "
+        room = ctx - context - 1
+        if room < 2 * (draft_len + 2):
+            raise ValueError(f"context {context} at batch {batch}: leaves {room} of the target's {ctx} "
                              f"positions, too few for steps of D={draft_len}")
+        spread = min(max(8, 2 * (draft_len + 1)), context - 1, room)
+        self.prompt_len, self.max_len = context - spread, context + spread
+        self.budget = min(ctx - self.prompt_len - 1, 64 * (draft_len + 1))
         self.sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
         self.now = clock_fn(cfg.clock)
         self.gen = torch.Generator().manual_seed(batch * 131 + draft_len)
@@ -314,11 +323,11 @@ class _EngineCell:
 
         from trtspec.runtime import SamplingParams
 
-        eng = self.pipe.engine(max_batch_size=self.batch, max_seq_len=self.context + self.budget + 1)
+        eng = self.pipe.engine(max_batch_size=self.batch, max_seq_len=self.prompt_len + self.budget + 1)
         vocab = self.pipe.target.config.vocab_size
         params = SamplingParams(max_new_tokens=self.budget)
         for i in range(self.batch):
-            eng.add_request(i, torch.randint(0, vocab, (self.context,), generator=self.gen).tolist(), params)
+            eng.add_request(i, torch.randint(0, vocab, (self.prompt_len,), generator=self.gen).tolist(), params)
         propose, spent, now, sync = eng.drafter.propose, self.spent, self.now, self.sync
 
         def timed_propose(*args, **kwargs):  # the drafter's share of each step, on our clock
@@ -342,7 +351,8 @@ class _EngineCell:
 
     def step(self) -> tuple[float, float]:
         """One step (rebuilding first if needed); returns (seconds - drafter seconds, drafter seconds)."""
-        if self.eng is None or min(self.left.values()) < self.d + 2:
+        longest = self.prompt_len + self.budget - min(self.left.values()) if self.eng is not None else 0
+        if self.eng is None or min(self.left.values()) < self.d + 2 or longest + self.d + 1 > self.max_len:
             self._build()
         d0 = self.spent[0]
         self.sync()

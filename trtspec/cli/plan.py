@@ -6,9 +6,12 @@ import sys
 
 import click
 
+from trtspec.recipes.engines import ENGINES
 from trtspec.recipes.optimizer import OBJECTIVES, PlanRequest
+from trtspec.recipes.pricing import PRICINGS
 
-_DEF = {f: PlanRequest.__dataclass_fields__[f].default for f in ("tp", "quant", "context", "max_draft_len", "objective")}
+_DEF = {f: PlanRequest.__dataclass_fields__[f].default
+        for f in ("tp", "quant", "context", "max_draft_len", "objective", "engine", "pricing", "ep")}
 
 
 def _batches(text):
@@ -21,6 +24,41 @@ def _batches(text):
     if not out or min(out) < 1:
         raise click.BadParameter("batch sizes must be >= 1")
     return out
+
+
+def _contexts(text) -> list[int]:
+    """``4096`` or ``1k,8k,32k`` (k = 1024 tokens) -> token counts."""
+    out = []
+    for item in str(text).split(","):
+        item = item.strip().lower()
+        if not item:
+            continue
+        try:
+            out.append(int(float(item[:-1]) * 1024) if item.endswith("k") else int(item))
+        except ValueError as exc:
+            raise click.BadParameter(f"expected token counts like 4096 or 1k,8k,32k, got {text!r}") from exc
+    if not out or min(out) < 0 or len(set(out)) != len(out):
+        raise click.BadParameter(f"expected distinct token counts >= 0 like 4096 or 1k,8k,32k, got {text!r}")
+    return out
+
+
+def priced_by(recipe) -> str:
+    """One line per step part: which source priced each op class (from the rows' ``sources``)."""
+    seen: dict = {}
+    for r in recipe.rows:
+        for key, label in (r.get("sources") or {}).items():
+            seen.setdefault(key, [])
+            for part in str(label).split(" + "):
+                if part not in seen[key]:
+                    seen[key].append(part)
+    if not seen:
+        return str(recipe.provenance.get("cost_model", ""))
+    lines = []
+    for part in ("verify", "draft"):
+        cells = [f"{k.split('.', 1)[1]}: {' + '.join(v)}" for k, v in seen.items() if k.startswith(part + ".")]
+        if cells:
+            lines.append(f"{part}: " + "; ".join(cells))
+    return "\n".join(lines)
 
 
 def render_table(recipe, console=None, title=None):
@@ -39,6 +77,12 @@ def render_table(recipe, console=None, title=None):
                   f"{r['draft_ms']:.3f}", f"{r['verify_ms']:.3f}", f"{r['step_ms']:.3f}", f"{r['tokens_per_s']:.0f}",
                   f"{r.get('latency_ms_per_token', 0.0):.2f}", f"{r['speedup']:.2f}x" + ("" if r.get("fits_memory", True) else " (OOM)"), r["binding_rule"])
     console.print(t)
+    console.print("priced by (op class: source):\n" + priced_by(recipe), markup=False)
+    cm = recipe.provenance.get("cost_model")
+    if isinstance(cm, dict):
+        console.print(f"engine {cm.get('engine')}: fixed costs from {cm.get('engine_overheads')}; verification "
+                      "attention at 1+D query rows = the measured one-row kernel x ceil(G*(1+D)/128) "
+                      "(trtspec.recipes.pricing)", markup=False)
     console.print(f"TensorRT-LLM speculative_config: {recipe.trtllm_speculative_config()}")
     console.print(f"vLLM num_speculative_tokens_per_batch_size: {recipe.vllm_schedule}")
     console.print(f"SGLang: {recipe.sglang}")
@@ -89,7 +133,17 @@ def save_plot(plan_obj, recipe, path):
                                                      "--max-batch-size).")
 @click.option("--max-batch-size", type=int, default=None,
               help="Largest batch the engine will run [default: 256, or the largest --batch].")
-@click.option("--context", type=int, default=_DEF["context"], show_default=True, help="KV-cache length in tokens.")
+@click.option("--context", default=str(_DEF["context"]), show_default=True,
+              help="KV-cache length in tokens, or a comma list of context buckets (e.g. 1k,8k,32k; k = 1024): one "
+                   "table per bucket. TensorRT-LLM's draft_len_schedule has only a batch axis: use the bucket of "
+                   "the engine's --max-seq-len.")
+@click.option("--engine", type=click.Choice(ENGINES), default=_DEF["engine"], show_default=True,
+              help="Serving engine whose measured kernels and per-step costs price the steps (recipes/engines).")
+@click.option("--pricing", type=click.Choice(PRICINGS), default=_DEF["pricing"], show_default=True,
+              help="perf-db: measured kernel data (aiconfigurator-core) where it exists, roofline elsewhere; "
+                   "roofline: the analytic model alone.")
+@click.option("--ep", type=int, default=_DEF["ep"], show_default=True,
+              help="Expert-parallel GPUs of the MoE layers (divides --tp).")
 @click.option("--max-draft-len", type=int, default=_DEF["max_draft_len"], show_default=True, help="Largest D searched.")
 @click.option("--draft-len", type=int, default=None, help="Evaluate this fixed D instead of optimizing (what-if).")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=_DEF["objective"], show_default=True,
@@ -101,7 +155,7 @@ def save_plot(plan_obj, recipe, path):
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG: speedup vs D per batch.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the recipe YAML here.")
 def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, category, batch, max_batch_size, context,
-         max_draft_len, draft_len, objective, calibration, as_json, plot, out):
+         engine, pricing, ep, max_draft_len, draft_len, objective, calibration, as_json, plot, out):
     """Predict, per batch size, the draft length D (and tree) that maximizes throughput, and why."""
     from pathlib import Path
 
@@ -110,6 +164,14 @@ def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, c
     from trtspec.recipes.optimizer import plan as run_plan
 
     from trtspec.recipes.drafters import DRAFTERS
+
+    try:  # a model the planner cannot describe: one line and the usage-error status, before any work
+        from trtspec.recipes.arch import load_architecture
+
+        load_architecture(model)
+    except RecipeError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
 
     per_drafter, common = {}, None
     for item in acceptance:
@@ -127,27 +189,41 @@ def plan(model, gpu, tp, quant, drafter, draft_model, draft_quant, acceptance, c
     else:
         acceptance = common
     batches = _batches(batch)
+    contexts = _contexts(context)
     if max_batch_size is None:
         max_batch_size = max(batches) if batches else 256
-    try:
-        req = build_request(model=model, gpu=gpu, drafters=drafter, acceptance=acceptance, tp=tp, quant=quant,
-                            batches=batches, context=context, max_draft_len=max_draft_len,
-                            objective=objective, draft_len=draft_len, calibration=calibration,
-                            draft_model=draft_model, max_batch_size=max_batch_size, draft_quant=draft_quant,
-                            category=category)
-        result = run_plan(req)
-    except RecipeError as exc:
-        raise click.ClickException(str(exc)) from exc
-    label = Path(model).name if Path(model).exists() else req.model.name
-    recipe = recipe_from_plan(result, model_label=label, max_batch_size=max(max_batch_size, max(req.batches)))
+    recipes = []
+    for ctx in contexts:
+        try:
+            req = build_request(model=model, gpu=gpu, drafters=drafter, acceptance=acceptance, tp=tp, quant=quant,
+                                batches=batches, context=ctx, max_draft_len=max_draft_len,
+                                objective=objective, draft_len=draft_len, calibration=calibration,
+                                draft_model=draft_model, max_batch_size=max_batch_size, draft_quant=draft_quant,
+                                category=category, engine=engine, pricing=pricing, ep=ep)
+            result = run_plan(req)
+        except RecipeError as exc:
+            raise click.ClickException(str(exc)) from exc
+        label = Path(model).name if Path(model).exists() else req.model.name
+        recipes.append((ctx, result, recipe_from_plan(result, model_label=label,
+                                                      max_batch_size=max(max_batch_size, max(req.batches)))))
     if as_json:
-        json.dump(recipe.to_dict(), sys.stdout, indent=2)
+        doc = recipes[0][2].to_dict() if len(recipes) == 1 else \
+            {"contexts": {str(ctx): r.to_dict() for ctx, _, r in recipes}}
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render_table(recipe)
+        for ctx, _, recipe in recipes:
+            if len(recipes) > 1:
+                click.echo(f"\n== context bucket {ctx} tokens ==")
+            render_table(recipe)
+        if len(recipes) > 1:
+            click.echo("TensorRT-LLM's draft_len_schedule has a batch axis only: emit the bucket of the engine's "
+                       "--max-seq-len (`trtspec build` plans at its configured max_seq_len).")
     if plot:
-        save_plot(result, recipe, plot)
+        save_plot(recipes[-1][1], recipes[-1][2], plot)
     if out:
-        recipe.save(out)
+        if len(recipes) > 1:
+            raise click.ClickException("--out writes one recipe: give a single --context")
+        recipes[0][2].save(out)
     if not as_json and (plot or out):
         click.echo(" ".join(x for x in (f"plot: {plot}" if plot else "", f"recipe: {out}" if out else "") if x))

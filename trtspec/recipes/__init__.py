@@ -7,7 +7,11 @@ Modules (data flows down this list):
 * ``drafters`` -- cost and memory of each drafter (draft_model, eagle3, mtp, dflash, dspark, ngram, sa);
 * ``acceptance`` -- acceptance profiles a_k and their sources (measured file, inline, published priors);
 * ``costmodel`` -- roofline step time per op class (co-design guidelines 1-4);
-* ``calibration`` -- measured cost tables that replace the analytic step times;
+* ``perfdb`` -- measured kernel latencies per GPU and engine version (aiconfigurator-core's query API);
+* ``engines`` -- per-engine fixed costs (``recipes/engines/*.yaml``) that kernel tables do not hold;
+* ``pricing`` -- refines the roofline op class by op class from ``perfdb``, the rules for unmeasured shapes;
+* ``calibration`` -- measured cost tables (``trtspec profile``) that replace the step times on a device;
+* ``fidelity`` -- predictions against the published corpus (``measurements``), the engine fit;
 * ``optimizer`` -- per-batch argmax over drafter, D and tree (guideline 5);
 * ``recipe`` / ``book`` -- engine schedules (TensorRT-LLM, vLLM, SGLang), YAML recipes, the stored book;
 * ``api`` -- ``resolve_recipe(...) -> Recipe`` for the builder, ``build_request`` for the CLI.

@@ -51,9 +51,11 @@ def resolve_acceptance(drafter: str, arch: Architecture, acceptance, category: s
 
 def build_request(*, model, gpu, drafters, acceptance=None, tp=1, quant="none", batches=None, context=4096,
                   max_draft_len=16, objective="throughput", draft_len=None, calibration=None, draft_model=None,
-                  max_batch_size=256, draft_quant=None, category=None) -> PlanRequest:
+                  max_batch_size=256, draft_quant=None, category=None, engine="trtllm", pricing="perf-db",
+                  ep=1) -> PlanRequest:
     """Resolve names/paths into a validated ``PlanRequest``. ``drafters``: a name, comma list or list of names;
-    ``acceptance``: one spec for all drafters, or a dict drafter -> spec."""
+    ``acceptance``: one spec for all drafters, or a dict drafter -> spec; ``engine`` / ``pricing`` / ``ep``: see
+    ``PlanRequest``."""
     arch = load_architecture(model)
     names = [d.strip() for d in (drafters.split(",") if isinstance(drafters, str) else drafters) if d.strip()]
     for n in names:
@@ -72,7 +74,7 @@ def build_request(*, model, gpu, drafters, acceptance=None, tp=1, quant="none", 
     return PlanRequest(model=arch, gpu=load_gpu(gpu), drafters=tuple(specs), acceptance=profiles, tp=int(tp),
                        quant=quant, batches=tuple(batches) if batches else buckets_up_to(max_batch_size),
                        context=int(context), max_draft_len=int(max_draft_len), objective=objective,
-                       draft_len=draft_len, calibration=cal)
+                       draft_len=draft_len, calibration=cal, engine=engine, pricing=pricing, ep=int(ep))
 
 
 def signature(arch: Architecture) -> dict:
@@ -82,6 +84,18 @@ def signature(arch: Architecture) -> dict:
             "active_params_b": s["active_params_b"], "moe_sparsity": s["moe"]["sparsity"] if s["moe"] else 1.0}
 
 
+def cost_model_provenance(req: PlanRequest):
+    """What priced the steps: the cost table, the analytic roofline, or per op class the measured sources."""
+    from trtspec.recipes.optimizer import request_pricer
+
+    if req.calibration is not None:
+        return f"calibration: {req.calibration.path} ({req.calibration.source})"
+    pricer = request_pricer(req)
+    if pricer is None:
+        return "analytic roofline (trtspec.recipes.costmodel; GPU-file fixed costs)"
+    return {"engine": req.engine, **pricer.describe()}
+
+
 def recipe_from_plan(p: Plan, *, model_label: str, max_batch_size: int, name: str | None = None) -> Recipe:
     req = p.request
     drafter = ",".join(d.kind for d in req.drafters)
@@ -89,8 +103,7 @@ def recipe_from_plan(p: Plan, *, model_label: str, max_batch_size: int, name: st
     prov = {
         "generated_by": f"trtspec {__version__} plan", "generated_at": now_utc(),
         "gpu_figures": f"recipes/gpus/{req.gpu.name}.yaml",
-        "cost_model": f"calibration: {req.calibration.path} ({req.calibration.source})" if req.calibration
-        else "analytic roofline (trtspec.recipes.costmodel)",
+        "cost_model": cost_model_provenance(req),
         "acceptance": {k: v.source for k, v in req.acceptance.items()},
         "acceptance_extrapolated": {k: len(v.rates) < req.max_draft_len for k, v in req.acceptance.items()},
         "objective": req.objective, "max_draft_len_searched": req.max_draft_len,
@@ -110,14 +123,14 @@ def recipe_from_plan(p: Plan, *, model_label: str, max_batch_size: int, name: st
 
 def resolve_recipe(spec: str, *, model, gpu, tp: int = 1, quant: str = "none", drafter, acceptance=None,
                    max_batch_size: int = 256, context: int = 4096, calibration=None, draft_model=None,
-                   draft_quant=None) -> Recipe:
+                   draft_quant=None, engine: str = "trtllm") -> Recipe:
     """See module docstring. ``draft_model`` (name|dir) is needed for ``drafter="draft_model"``; ``draft_quant``
-    is the drafter weights' quantization (default: ``quant``)."""
+    is the drafter weights' quantization (default: ``quant``); ``engine`` prices the steps (``PlanRequest``)."""
     text = str(spec)
     if text == "auto":
         req = build_request(model=model, gpu=gpu, drafters=drafter, acceptance=acceptance, tp=tp, quant=quant,
                             context=context, calibration=calibration, max_batch_size=max_batch_size,
-                            draft_model=draft_model, draft_quant=draft_quant)
+                            draft_model=draft_model, draft_quant=draft_quant, engine=engine)
         label = req.model.name if not Path(str(model)).exists() else Path(str(model)).name
         return recipe_from_plan(plan(req), model_label=label, max_batch_size=max_batch_size)
     if text.endswith((".yaml", ".yml")) and Path(text).is_file():

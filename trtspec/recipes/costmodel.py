@@ -1,5 +1,9 @@
 """Roofline step-time model of one forward pass, per op class (co-design guidelines 1-4 live here).
 
+With a ``pricer`` (``trtspec.recipes.pricing``; the default of a plan) each op class is then re-priced from measured
+kernel tables where they exist, and the engine's fixed costs replace the GPU file's ``step_overhead``; without one
+(``pricing="roofline"``) this module alone is the analytic model described below.
+
 All times in seconds, sizes in bytes, work in FLOPs; one GPU of a tensor-parallel group of ``tp`` GPUs. A forward
 processes ``batch`` requests with ``tokens`` new tokens each (1 for plain decode, 1+D to verify a chain of D drafts,
 ``num_nodes`` for a tree) against a KV cache of ``context`` tokens.
@@ -36,8 +40,9 @@ so speedup ~ AL / (1 + rho*D) with rho ~ draft depth / target depth.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 
+from trtspec.recipes import variants
 from trtspec.recipes.arch import Architecture, Block
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
@@ -97,9 +102,14 @@ class Precision:
         return cls(text, *QUANTS[base], mixer_weight_bytes=mixer)
 
 
+COST_CLASSES = ("linear", "attention", "state", "moe", "lm_head", "comm", "overhead", "engine")
+
+
 @dataclass
 class StepCost:
-    """Seconds per op class for one forward; ``total`` sums them."""
+    """Seconds per op class for one forward; ``total`` sums them. ``engine``: the serving engine's fixed costs
+    (``trtspec.recipes.engines``; 0 in the analytic model, whose fixed costs are all in ``overhead``). ``sources``
+    maps an op class to what priced it (``perf-db ...`` / ``roofline`` / the engine file), for the plan."""
 
     linear: float = 0.0
     attention: float = 0.0
@@ -108,18 +118,26 @@ class StepCost:
     lm_head: float = 0.0
     comm: float = 0.0
     overhead: float = 0.0
+    engine: float = 0.0
+    sources: dict = field(default_factory=dict, compare=False)
 
     @property
     def total(self) -> float:
-        return sum(getattr(self, f.name) for f in fields(self))
+        return sum(getattr(self, k) for k in COST_CLASSES)
 
     def add(self, other: "StepCost", scale: float = 1.0) -> "StepCost":
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + scale * getattr(other, f.name))
+        for k in COST_CLASSES:
+            setattr(self, k, getattr(self, k) + scale * getattr(other, k))
+        for k, label in other.sources.items():
+            mine = self.sources.get(k)
+            if mine is None:
+                self.sources[k] = label
+            elif label not in mine.split(" + "):
+                self.sources[k] = f"{mine} + {label}"
         return self
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: getattr(self, k) for k in COST_CLASSES}
 
 
 def gemm_time(params: float, m: int, gpu: GPU, prec: Precision, hidden: int, wbytes: float | None = None,
@@ -141,6 +159,8 @@ def gemm_time(params: float, m: int, gpu: GPU, prec: Precision, hidden: int, wby
 def attention_time(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int,
                    context: int) -> float:
     """Decode/verify attention of one layer (see module docstring, guidelines 2-3)."""
+    if block.is_variant:  # own geometry or sparse / compressed attention: trtspec.recipes.variants prices it
+        return variants.attention_time(arch, block, gpu, prec, tp, batch, tokens, context)
     bw = gpu.bandwidth * gpu.eff_bandwidth
     attn_dtype = "fp8" if prec.kv_bytes <= 1.0 and "fp8" in gpu.flops else "bf16"
     peak = gpu.peak_flops(attn_dtype) * gpu.eff_compute
@@ -203,13 +223,14 @@ def allreduce_time(gpu: GPU, tp: int, nbytes: float) -> float:
 
 
 def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int,
-               context: int) -> StepCost:
-    """One decoder layer of kind ``block``."""
+               context: int, pricer=None, ep: int = 1) -> StepCost:
+    """One decoder layer of kind ``block``: the roofline, refined op class by op class by ``pricer``
+    (``trtspec.recipes.pricing.Pricer``) where measured kernel data exists."""
     m = batch * tokens
     c = StepCost(overhead=gpu.layer_overhead * (KERNEL_WEIGHT[block.mixer] + KERNEL_WEIGHT[block.ffn])
                  + gpu.kernel_floor * (SMALL_KERNELS[block.mixer] + SMALL_KERNELS[block.ffn]))
     if block.mixer:
-        c.linear += gemm_time(arch.mixer_params(block.mixer) / tp, m, gpu, prec, arch.hidden, prec.mixer_weight_bytes,
+        c.linear += gemm_time(arch.mixer_params(block) / tp, m, gpu, prec, arch.hidden, prec.mixer_weight_bytes,
                               kernels=GEMM_COUNT[block.mixer])
         if block.mixer in ("linear", "mamba2"):
             c.state += state_time(arch.linear if block.mixer == "linear" else arch.mamba, gpu, prec, tp, batch, tokens)
@@ -218,24 +239,38 @@ def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: 
         c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
     if block.ffn:
         gemms = GEMM_COUNT[block.ffn] if block.ffn == "dense" or arch.moe.shared_intermediate else 1  # router only
-        c.linear += gemm_time(arch.ffn_params(block.ffn) / tp, m, gpu, prec, arch.hidden, kernels=gemms)
+        c.linear += gemm_time(arch.ffn_params(block) / tp, m, gpu, prec, arch.hidden, kernels=gemms)
         if block.ffn == "moe":
             c.moe += moe_time(arch, gpu, prec, tp, m)
         c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
+    c.sources = {k: "GPU file" if k == "overhead" else "roofline" for k in COST_CLASSES if getattr(c, k) > 0}
+    if pricer is not None:
+        pricer.block(arch, block, prec, tp, ep, batch, tokens, context, c)
     return c
 
 
 def forward_cost(arch: Architecture, gpu: GPU, prec: Precision, *, tp: int = 1, batch: int = 1, tokens: int = 1,
-                 context: int = 4096, blocks=None, lm_head_params: int | None = None, step_overhead: bool = True) -> StepCost:
+                 context: int = 4096, blocks=None, lm_head_params: int | None = None, step_overhead: bool = True,
+                 pricer=None, ep: int = 1) -> StepCost:
     """One forward of ``blocks`` (default: all of ``arch``'s layers, as a Counter of Block -> count) plus the LM head
-    (``lm_head_params`` elements, default vocab*hidden; logits for every token) and the fixed per-step overhead."""
-    if batch < 1 or tokens < 1 or context < 0 or tp < 1:
-        raise RecipeError(f"need batch >= 1, tokens >= 1, context >= 0, tp >= 1; got {batch}, {tokens}, {context}, {tp}")
-    total = StepCost(overhead=gpu.step_overhead if step_overhead else 0.0)
+    (``lm_head_params`` elements, default vocab*hidden; logits for every token) and the fixed per-step overhead
+    (the GPU file's ``step_overhead``; with a ``pricer``, its engine's ``step`` in class ``engine``). ``ep``: expert
+    parallelism of the MoE layers (measured pricing only; the roofline splits experts by ``tp`` either way)."""
+    if batch < 1 or tokens < 1 or context < 0 or tp < 1 or ep < 1:
+        raise RecipeError(f"need batch >= 1, tokens >= 1, context >= 0, tp >= 1, ep >= 1; got {batch}, {tokens}, "
+                          f"{context}, {tp}, {ep}")
+    total = StepCost()
+    if step_overhead and pricer is None:
+        total.overhead = gpu.step_overhead
+    elif step_overhead:
+        total.engine = pricer.engine.step
+        total.sources["engine"] = pricer.engine.name
     for block, count in (blocks if blocks is not None else arch.block_counts()).items():
-        total.add(block_cost(arch, block, gpu, prec, tp, batch, tokens, context), count)
+        total.add(block_cost(arch, block, gpu, prec, tp, batch, tokens, context, pricer, ep), count)
     head = arch.lm_head_params if lm_head_params is None else lm_head_params
-    total.lm_head += gemm_time(head / tp, batch * tokens, gpu, prec, arch.hidden)
+    measured = pricer.lm_head(head, arch.hidden, tp, batch * tokens) if pricer is not None else None
+    total.lm_head += measured if measured is not None else gemm_time(head / tp, batch * tokens, gpu, prec, arch.hidden)
+    total.sources["lm_head"] = pricer.label if measured is not None else "roofline"
     return total
 
 
@@ -251,6 +286,8 @@ def cache_bytes(arch: Architecture, prec: Precision, tp: int, batch: int, contex
         if block.mixer in ("linear", "mamba2"):
             spec = arch.linear if block.mixer == "linear" else arch.mamba
             per_req += count * (spec.state * STATE_BYTES + spec.conv * ACT_BYTES) / tp
+        elif block.is_variant:
+            per_req += count * variants.cache_bytes(arch, block, prec, tp, context)
         else:
             length = min(context, block.window) if block.window else context
             kv_div = 1 if block.mixer == "mla" else min(tp, arch.num_kv_heads)

@@ -9,11 +9,19 @@
 * ``dflash`` -- a ~5-layer block-diffusion draft of the target's width: one parallel pass over the D-token block.
 * ``dspark`` -- the dflash pass plus a light serial Markov head (2h x h + an LM head over the draft vocabulary)
   applied D times.
-* ``ngram`` / ``sa`` -- no model: n-gram / suffix-automaton lookup, a small fixed cost (assumed 15 us + 0.5 us per
-  draft token; host-side in TensorRT-LLM, overlapped in part).
+* ``ngram`` / ``sa`` -- no model: n-gram / suffix-automaton lookup, a small fixed cost (15 us + 0.5 us per draft
+  token in the analytic model; the engine file's ``lookup_us`` / ``lookup_per_token_us`` with a pricer).
+
+Drafter classes (``DRAFTER_CLASS``), which is what makes them cost differently: **sequential** (eagle3, draft_model,
+mtp: one draft forward per draft token, so draft cost grows with D), **parallel** (dflash, dspark: one forward per
+block, so the draft pass barely grows with D; DSpark drafts exactly one block, D = its block size) and **lookup**
+(ngram, sa: host-side). Every draft forward also pays a fixed cost (top-k, launches, state copies): ``SAMPLE_OVERHEAD``
+in the analytic model, the engine's ``draft_forward_us`` with a pricer (``trtspec.recipes.pricing``), which also
+prices the draft's kernels from measured data where it exists.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -23,6 +31,8 @@ from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
 
 DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
+DRAFTER_CLASS = {"draft_model": "sequential", "eagle3": "sequential", "mtp": "sequential", "dflash": "parallel",
+                 "dspark": "parallel", "ngram": "lookup", "sa": "lookup"}
 TREE_DRAFTERS = ("eagle3",)
 SAMPLE_OVERHEAD = 10e-6     # s: top-k / argmax + bookkeeping per serial draft step
 LOOKUP_FIXED = 15e-6        # s: ngram / suffix-automaton lookup per step
@@ -57,48 +67,52 @@ class DrafterSpec:
         ffn = "moe" if target.moe else "dense"
         return Block(full[-1].mixer if full else "attention", ffn)
 
+    @property
+    def drafter_class(self) -> str:
+        """sequential | parallel | lookup (see the module docstring)."""
+        return DRAFTER_CLASS[self.kind]
+
     def step_time(self, target: Architecture, gpu: GPU, prec: Precision, *, tp: int, batch: int, draft_len: int,
-                  context: int, width: int = 1) -> StepCost:
-        """Drafting phase for ``draft_len`` drafts (depth for a tree; ``width`` tokens per request per step)."""
+                  context: int, width: int = 1, pricer=None, ep: int = 1) -> StepCost:
+        """Drafting phase for ``draft_len`` drafts (depth for a tree; ``width`` tokens per request per step);
+        ``pricer`` (``trtspec.recipes.pricing.Pricer``): measured kernels and the engine's fixed costs."""
         cost = StepCost()
         if draft_len <= 0:
             return cost
         h = target.hidden
         if self.quant:
             prec = Precision.of(self.quant)
+        fixed = _fixed_cost(pricer)
+        kw = dict(tp=tp, batch=batch, context=context, step_overhead=False, pricer=pricer, ep=ep)
         if self.kind in ("ngram", "sa"):
-            cost.overhead += LOOKUP_FIXED + LOOKUP_PER_TOKEN * draft_len
+            if pricer is None:
+                cost.overhead += LOOKUP_FIXED + LOOKUP_PER_TOKEN * draft_len
+            else:
+                cost.engine += pricer.engine.lookup + pricer.engine.lookup_per_token * draft_len
+                cost.sources["engine"] = pricer.engine.name
             return cost
         if self.kind == "draft_model":
-            one = forward_cost(self.draft_arch, gpu, prec, tp=tp, batch=batch, tokens=width, context=context,
-                               step_overhead=False)
-            one.overhead += SAMPLE_OVERHEAD
-            return cost.add(one, draft_len)
+            one = forward_cost(self.draft_arch, gpu, prec, tokens=width, **kw)
+            return cost.add(one.add(fixed), draft_len)
         if self.kind == "eagle3":
             layer = Counter({Block("attention", "dense"): 1})
-            core = _eagle_arch(target)
-            one = forward_cost(core, gpu, prec, tp=tp, batch=batch, tokens=width, context=context, blocks=layer,
-                               lm_head_params=self.draft_vocab * h, step_overhead=False)
-            one.linear += _gemm(3 * h * h / tp, batch * width, gpu, prec, h)
-            one.overhead += SAMPLE_OVERHEAD
-            return cost.add(one, draft_len)
+            one = forward_cost(_eagle_arch(target), gpu, prec, tokens=width, blocks=layer,
+                               lm_head_params=self.draft_vocab * h, **kw)
+            one.linear += _gemm(h, 3 * h, batch * width, gpu, prec, tp, pricer, h)
+            return cost.add(one.add(fixed), draft_len)
         if self.kind == "mtp":
             layer = Counter({self._target_layer(target): 1})
-            one = forward_cost(target, gpu, prec, tp=tp, batch=batch, tokens=width, context=context, blocks=layer,
-                               step_overhead=False)
-            one.linear += _gemm(2 * h * h / tp, batch * width, gpu, prec, h)
-            one.overhead += SAMPLE_OVERHEAD
-            return cost.add(one, draft_len)
+            one = forward_cost(target, gpu, prec, tokens=width, blocks=layer, **kw)
+            one.linear += _gemm(h, 2 * h, batch * width, gpu, prec, tp, pricer, h)
+            return cost.add(one.add(fixed), draft_len)
         # dflash / dspark: one parallel pass over the block of draft_len tokens
-        core = _eagle_arch(target)
         layers = Counter({Block("attention", "dense"): self.dflash_layers})
-        cost.add(forward_cost(core, gpu, prec, tp=tp, batch=batch, tokens=draft_len, context=context, blocks=layers,
-                              step_overhead=False))
-        cost.overhead += SAMPLE_OVERHEAD
+        cost.add(forward_cost(_eagle_arch(target), gpu, prec, tokens=draft_len, blocks=layers, **kw))
+        cost.add(fixed)
         if self.kind == "dspark":
-            head = StepCost(overhead=SAMPLE_OVERHEAD + gpu.layer_overhead)
-            head.linear += _gemm(2 * h * h / tp, batch, gpu, prec, h)
-            head.lm_head += _gemm(self.draft_vocab * h / tp, batch, gpu, prec, h)
+            head = StepCost(overhead=gpu.layer_overhead).add(fixed)
+            head.linear += _gemm(h, 2 * h, batch, gpu, prec, tp, pricer, h)
+            head.lm_head += _gemm(self.draft_vocab, h, batch, gpu, prec, tp, pricer, h)
             cost.add(head, draft_len)
         return cost
 
@@ -121,12 +135,23 @@ class DrafterSpec:
         return (self.dflash_layers * layer + extra) * prec.weight_bytes / tp
 
 
-def _gemm(params, m, gpu, prec, hidden):
+def _fixed_cost(pricer) -> StepCost:
+    """The fixed cost of one draft forward: the engine's ``draft_forward`` with a pricer, else SAMPLE_OVERHEAD."""
+    if pricer is None:
+        return StepCost(overhead=SAMPLE_OVERHEAD)
+    return StepCost(engine=pricer.engine.draft_forward, sources={"engine": pricer.engine.name})
+
+
+def _gemm(n, k, m, gpu, prec, tp, pricer, hidden) -> float:
+    """One n x k weight GEMM (split n/tp) on m rows of width ~``hidden``: measured where the pricer has it, else
+    the roofline."""
     from trtspec.recipes.costmodel import gemm_time
 
-    return gemm_time(params, m, gpu, prec, hidden)
+    measured = pricer.gemm(n / tp, k, m, prec) if pricer is not None else None
+    return measured if measured is not None else gemm_time(n * k / tp, m, gpu, prec, hidden)
 
 
+@functools.lru_cache(maxsize=64)
 def _eagle_arch(target: Architecture) -> Architecture:
     """A dense GQA layer of the target's width (EAGLE-3 / DFlash draft layers use a Llama-style layer)."""
     inter = target.intermediate or (target.moe.intermediate * target.moe.experts_per_token if target.moe else 4 * target.hidden)

@@ -1,7 +1,9 @@
 """GPU catalog: ``recipes/gpus/<name>.yaml`` loaded into a frozen, validated ``GPU``.
 
 Every figure in a GPU file is ``{value: x, source: "..."}`` (datasheet figures) or ``{value: x, justification: "..."}``
-(attainable-efficiency factors and fixed overheads); a figure without a source is rejected.
+(attainable-efficiency factors and fixed overheads); a figure without a source is rejected. An optional
+``perf_db: {system: NAME, source: "..."}`` names the aiconfigurator-core system whose measured kernel tables price
+this GPU's steps (``trtspec.recipes.perfdb``); without it every op class is priced by the roofline.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class GPU:
     attention_tile_rows: int = 128
     gemm_tile_m: int = 128
     requires_calibration: bool = False
+    perf_db_system: str | None = None
     sources: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -108,6 +111,11 @@ def load_gpu_file(path: str | Path) -> GPU:
     for dtype, entry in (doc.get("tflops") or {}).items():
         value, sources[f"tflops.{dtype}"] = _figure(doc["tflops"], dtype, path)
         flops[dtype] = float(value) * 1e12
+    perf_db = doc.get("perf_db")
+    if perf_db is not None:
+        if not isinstance(perf_db, dict) or not str(perf_db.get("system") or "").strip():
+            raise CatalogError(f"{path}: 'perf_db' must be a mapping {{system: NAME, source: ...}}")
+        _, sources["perf_db"] = _figure({"perf_db": {"value": perf_db["system"], **perf_db}}, "perf_db", path)
     eff = doc.get("efficiency") or {}
     ovh = doc.get("overheads") or {}
     kwargs = {}
@@ -124,7 +132,8 @@ def load_gpu_file(path: str | Path) -> GPU:
         return GPU(
             name=name, display_name=str(doc.get("display_name", name)), memory_bytes=float(mem) * 1e9,
             bandwidth=float(bw) * 1e12, flops=flops, link_kind=str(link.get("kind", "none")),
-            link_bandwidth=float(link.get("gbs", 0)) * 1e9 / 2.0, sources=sources, **kwargs,
+            link_bandwidth=float(link.get("gbs", 0)) * 1e9 / 2.0, sources=sources,
+            perf_db_system=str(perf_db["system"]) if perf_db else None, **kwargs,
         )
     except TypeError as exc:
         raise CatalogError(f"{path}: bad figure type: {exc}") from exc

@@ -10,8 +10,11 @@ set is a valid tree and is optimal for its size).
 Objectives (the batch B is held fixed in both):
 
 * ``throughput`` maximizes aggregate tokens/s, B*E[AL]/step, and among configurations within ``tie_tolerance``
-  (0.1%) of the best takes the smallest D (less wasted verification work; guideline 3's "stay below the next
-  multiple of 128").
+  of the best takes the smallest D (less wasted verification work; guideline 3's "stay below the next multiple of
+  128"). The default tolerance is the resolution of the step prices: 0.1% for the analytic model and measured cost
+  tables, 1% with measured kernel tables (``pricing='perf-db'``), whose neighbouring shapes scatter by about +-1%
+  (e.g. the H200 FP8 GEMM 57344 x 8192 measures 129.6-131.9 us over m = 1..8), so that a D chosen there is not an
+  artefact of that scatter.
 * ``latency`` minimizes the mean per-user time per output token (TPOT), averaged over the users of the workload
   mix: ``mean_c step / E[AL_c]`` over the profile's overall rates and each of its ``per_category`` rates (equal
   weights), with no tolerance (any gain counts) and ties going to the larger E[AL]. Aggregate throughput uses the mean
@@ -35,6 +38,8 @@ from trtspec.recipes.costmodel import Precision, StepCost, cache_bytes, forward_
 from trtspec.recipes.drafters import DrafterSpec
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
+from trtspec.recipes.engines import ENGINES
+from trtspec.recipes.pricing import PRICINGS, make_pricer
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 OBJECTIVES = ("throughput", "latency")
@@ -44,7 +49,12 @@ TREE_TOPK = (1, 2, 4, 8)
 @dataclass(frozen=True)
 class PlanRequest:
     """Inputs of one plan. ``acceptance`` maps drafter kind -> profile; ``draft_len`` fixes D (what-if mode);
-    ``context`` in tokens; ``max_tree_nodes`` bounds tree size (TensorRT-LLM max_total_draft_tokens + 1)."""
+    ``context`` in tokens; ``max_tree_nodes`` bounds tree size (TensorRT-LLM max_total_draft_tokens + 1).
+
+    ``engine`` (trtllm | vllm | sglang, default trtllm): whose measured kernels and per-step costs price the steps
+    (``trtspec.recipes.pricing``); ``pricing``: ``perf-db`` (default: measured kernel data where it exists, the
+    roofline elsewhere, the engine's fixed costs) or ``roofline`` (the analytic model alone, GPU-file fixed costs);
+    ``ep``: expert-parallel GPUs of the MoE layers (divides ``tp``; measured MoE pricing only)."""
 
     model: Architecture
     gpu: GPU
@@ -59,8 +69,11 @@ class PlanRequest:
     draft_len: int | None = None
     calibration: CostTable | None = None
     max_tree_nodes: int = 64
-    tie_tolerance: float = 1e-3
+    tie_tolerance: float | None = None
     memory_fraction: float = 0.9
+    engine: str = "trtllm"
+    pricing: str = "perf-db"
+    ep: int = 1
 
     def __post_init__(self):
         if not self.drafters:
@@ -75,10 +88,18 @@ class PlanRequest:
             raise RecipeError(f"--objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if not self.batches or any(int(b) < 1 for b in self.batches):
             raise RecipeError(f"--batch sizes must be >= 1, got {self.batches}")
+        if self.tie_tolerance is not None and not 0 <= self.tie_tolerance < 1:
+            raise RecipeError(f"tie_tolerance must be in [0, 1), got {self.tie_tolerance}")
         if self.tp < 1 or self.context < 0 or self.max_draft_len < 0 or self.max_tree_nodes < 2:
             raise RecipeError("need --tp >= 1, --context >= 0, max_draft_len >= 0, max_tree_nodes >= 2")
         if self.draft_len is not None and not 0 <= self.draft_len <= max(self.max_draft_len, self.draft_len):
             raise RecipeError(f"--draft-len must be >= 0, got {self.draft_len}")
+        if self.engine not in ENGINES:
+            raise RecipeError(f"unknown --engine {self.engine!r}; expected one of {', '.join(ENGINES)}")
+        if self.pricing not in PRICINGS:
+            raise RecipeError(f"--pricing must be one of {PRICINGS}, got {self.pricing!r}")
+        if self.ep < 1 or self.tp % self.ep:
+            raise RecipeError(f"--ep must be >= 1 and divide --tp {self.tp}, got {self.ep}")
         if self.gpu.requires_calibration and self.calibration is None:
             raise RecipeError(f"gpu {self.gpu.name!r} has no datasheet figures; pass --calibration cost_table.json")
         Precision.of(self.quant)
@@ -128,6 +149,7 @@ class Row:
     fits_memory: bool
     breakdown_ms: dict = field(default_factory=dict)
     latency_ms_per_token: float = 0.0  # mean per-user TPOT over the workload mix (what --objective latency minimizes)
+    sources: dict = field(default_factory=dict)  # op class -> what priced it (verify and draft steps)
 
     def to_dict(self) -> dict:
         out = {}
@@ -135,7 +157,7 @@ class Row:
             if isinstance(v, float):
                 v = round(v, 5)
             elif isinstance(v, dict):
-                v = {a: round(b, 5) for a, b in v.items()}
+                v = {a: round(b, 5) if isinstance(b, float) else b for a, b in v.items()}
             out[k] = v
         return out
 
@@ -147,14 +169,38 @@ class Plan:
     curves: dict  # batch -> drafter -> {chain D that fits in memory: predicted speedup over D=0} ({0: 1.0} if none)
 
 
+_UNSET = object()
+
+
+def request_pricer(req: PlanRequest):
+    """The request's ``Pricer`` (None: a measured cost table prices the steps, or ``pricing='roofline'``)."""
+    if req.calibration is not None:
+        return None
+    return make_pricer(req.gpu, req.engine, req.pricing)
+
+
 class _Evaluator:
     """Caches target forwards per token count and draft phases per (drafter, D, width) for one batch size."""
 
-    def __init__(self, req: PlanRequest, batch: int):
+    def __init__(self, req: PlanRequest, batch: int, pricer=_UNSET):
         self.req, self.batch = req, batch
         self.prec = Precision.of(req.quant)
+        self.pricer = request_pricer(req) if pricer is _UNSET else pricer
+        self.blocks = req.model.block_counts()
         self._verify: dict = {}
         self._draft: dict = {}
+
+    @property
+    def spec_overhead(self) -> float:
+        """Fixed cost of a speculative step over a plain one (acceptance, KV rewind): the engine's per step and per
+        request with a pricer, the GPU file's in the analytic model, none with a measured cost table (it holds the
+        runtime's own)."""
+        if self.req.calibration is not None:
+            return 0.0
+        if self.pricer is None:
+            return self.req.gpu.spec_overhead
+        eng = self.pricer.engine
+        return eng.spec_step + self.req.model.num_layers * eng.spec_layer + self.batch * eng.spec_request
 
     def verify(self, tokens: int) -> StepCost:
         if tokens not in self._verify:
@@ -163,7 +209,8 @@ class _Evaluator:
                 self._verify[tokens] = StepCost(linear=r.calibration.target_time(self.batch, tokens))
             else:
                 self._verify[tokens] = forward_cost(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch,
-                                                    tokens=tokens, context=r.context)
+                                                    tokens=tokens, context=r.context, pricer=self.pricer, ep=r.ep,
+                                                    blocks=self.blocks)
         return self._verify[tokens]
 
     def draft(self, spec: DrafterSpec, depth: int, width: int) -> StepCost:
@@ -179,15 +226,14 @@ class _Evaluator:
                     cost = StepCost(linear=depth * r.calibration.draft_step_time(self.batch, width))
             else:
                 cost = spec.step_time(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch, draft_len=depth,
-                                      context=r.context, width=width)
+                                      context=r.context, width=width, pricer=self.pricer, ep=r.ep)
             self._draft[key] = cost
         return self._draft[key]
 
     def point(self, spec: DrafterSpec, depth: int, al: float, nodes: int, topk: int = 1, mix_als: tuple = ()) -> Point:
         verify = self.verify(nodes)
         draft = self.draft(spec, depth, topk)
-        spec_ovh = self.req.gpu.spec_overhead if depth > 0 and self.req.calibration is None else 0.0
-        step = verify.total + draft.total + spec_ovh
+        step = verify.total + draft.total + (self.spec_overhead if depth > 0 else 0.0)
         return Point(spec.kind, depth, nodes, topk, al, draft, verify, step, self.batch * al / step, tuple(mix_als))
 
 
@@ -235,13 +281,24 @@ def _candidates(ev: _Evaluator, spec: DrafterSpec, profile: AcceptanceProfile, r
     return pts
 
 
-def _choose(points: list, req: PlanRequest) -> Point:
+MEASURED_TIE_TOLERANCE = 1e-2
+ANALYTIC_TIE_TOLERANCE = 1e-3
+
+
+def tie_tolerance(req: PlanRequest, pricer) -> float:
+    """``req.tie_tolerance``, else the step prices' resolution (see the module docstring)."""
+    if req.tie_tolerance is not None:
+        return req.tie_tolerance
+    return MEASURED_TIE_TOLERANCE if pricer is not None and pricer.db is not None else ANALYTIC_TIE_TOLERANCE
+
+
+def _choose(points: list, req: PlanRequest, tol: float = ANALYTIC_TIE_TOLERANCE) -> Point:
     """Throughput: the smallest configuration within the tie tolerance of the best aggregate tokens/s. Latency: the
     lowest mean per-user time per token, ties to the larger E[AL]."""
     if req.objective == "latency":
         return min(points, key=lambda p: (p.user_latency, -p.expected_al, p.draft_len, p.num_nodes))
     best = max(p.tokens_per_s for p in points)
-    good = [p for p in points if p.tokens_per_s >= best * (1.0 - req.tie_tolerance) - 1e-15]
+    good = [p for p in points if p.tokens_per_s >= best * (1.0 - tol) - 1e-15]
     return min(good, key=lambda p: (p.draft_len, p.num_nodes, -p.tokens_per_s))
 
 
@@ -264,7 +321,7 @@ def _binding(req: PlanRequest, ev: _Evaluator, spec: DrafterSpec, profile: Accep
     dv = nxt.verify.as_dict()
     cv = p.verify.as_dict()
     deltas = {k: dv[k] - cv[k] for k in dv}
-    deltas["draft"] = nxt.draft.total - p.draft.total + (req.gpu.spec_overhead if d == 0 else 0.0)
+    deltas["draft"] = nxt.draft.total - p.draft.total + (ev.spec_overhead if d == 0 else 0.0)
     total = sum(deltas.values())
     a_next = profile.rate(d + 1)
     if total <= 0.005 * p.step:
@@ -290,19 +347,30 @@ def _binding(req: PlanRequest, ev: _Evaluator, spec: DrafterSpec, profile: Accep
         return f"{prefix}guideline 4: draft cost rho*D, rho = {rho:.3f}"
     if main == "comm":
         return f"{prefix}tensor parallel: all-reduce bytes grow with B*(1+D) = {ev.batch * (d + 2)} tokens"
+    if main == "engine":
+        return f"{prefix}engine fixed costs ({req.engine}) per step grow with D"
     return f"{prefix}{main} (fixed costs) grows with D"
 
 
-def memory_needed(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int) -> float:
+def memory_needed(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int, memo: dict | None = None) -> float:
     """Bytes on one GPU: target weights + KV cache / states for ``batch`` requests of ``context + nodes`` tokens +
-    the drafter's weights (none at D = 0, where speculation is off)."""
+    the drafter's weights (none at D = 0, where speculation is off). ``memo``: a dict reused across calls of one
+    plan (weights, per-request cache bytes per length and draft weights are computed once)."""
+    memo = {} if memo is None else memo
     prec = Precision.of(req.quant)
-    draft = spec.memory_bytes(req.model, prec, req.tp) if nodes > 1 else 0.0
-    return weight_bytes(req.model, prec, req.tp) + cache_bytes(req.model, prec, req.tp, batch, req.context + nodes) + draft
+    if "weights" not in memo:
+        memo["weights"] = weight_bytes(req.model, prec, req.tp)
+    length = req.context + nodes
+    if ("kv", length) not in memo:
+        memo["kv", length] = cache_bytes(req.model, prec, req.tp, 1, length)
+    if nodes > 1 and ("draft", spec.kind) not in memo:
+        memo["draft", spec.kind] = spec.memory_bytes(req.model, prec, req.tp)
+    return memo["weights"] + batch * memo["kv", length] + (memo["draft", spec.kind] if nodes > 1 else 0.0)
 
 
-def _fits(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int) -> bool:
-    return req.gpu.requires_calibration or memory_needed(req, spec, batch, nodes) <= req.memory_fraction * req.gpu.memory_bytes
+def _fits(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int, memo: dict | None = None) -> bool:
+    return req.gpu.requires_calibration or \
+        memory_needed(req, spec, batch, nodes, memo) <= req.memory_fraction * req.gpu.memory_bytes
 
 
 def _memory_note(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int) -> str:
@@ -316,23 +384,29 @@ def plan(req: PlanRequest) -> Plan:
 
     Only configurations that fit in memory are chosen; a row where even D = 0 does not fit keeps D = 0 with
     ``fits_memory`` False and a binding rule saying by how much it overflows."""
-    rows, curves = [], {}
+    rows, curves, memo = [], {}, {}
+    pricer = request_pricer(req)
+    tol = tie_tolerance(req, pricer)
     for batch in sorted({int(b) for b in req.batches}):
-        ev = _Evaluator(req, batch)
+        ev = _Evaluator(req, batch, pricer)
         base = ev.point(req.drafters[0], 0, 1.0, 1)
-        best, capped = None, None
+        best, capped, best_spec = None, None, None
         curves[batch] = {}
         for spec in req.drafters:
             profile = req.acceptance[spec.kind]
             pts = _candidates(ev, spec, profile, req)
-            feasible = [p for p in pts if _fits(req, spec, batch, p.num_nodes)]
+            fits_nodes = {n: _fits(req, spec, batch, n, memo) for n in {p.num_nodes for p in pts}}
+            feasible = [p for p in pts if fits_nodes[p.num_nodes]]
+            drafting = [p for p in feasible if p.draft_len > 0]
+            if drafting and (best_spec is None or _better(_choose(drafting, req, tol), best_spec, req)):
+                best_spec = _choose(drafting, req, tol)
             # the engine schedule (recipe.derive_schedule) and the plot see only configurations that fit
             chain = [p for p in feasible if p.num_nodes == p.draft_len + 1] or [base]
             curves[batch][spec.kind] = {p.draft_len: round(p.tokens_per_s / base.tokens_per_s, 6) for p in chain}
             if not feasible:
                 continue
-            choice = _choose(feasible, req)
-            unconstrained = _choose(pts, req) if len(feasible) < len(pts) else choice
+            choice = _choose(feasible, req, tol)
+            unconstrained = _choose(pts, req, tol) if len(feasible) < len(pts) else choice
             if best is None or _better(choice, best[0], req):
                 best = (choice, spec, profile)
                 capped = unconstrained if unconstrained is not choice else None
@@ -347,13 +421,19 @@ def plan(req: PlanRequest) -> Plan:
                     f"({_memory_note(req, spec, batch, capped.num_nodes)}); best feasible")
         else:
             rule = _binding(req, ev, spec, profile, p)
+            if p.draft_len == 0 and best_spec is not None:
+                rule += (f"; speculation loses here: the best D >= 1 ({best_spec.drafter}, D={best_spec.draft_len}) "
+                         f"would give {best_spec.tokens_per_s / base.tokens_per_s:.2f}x")
         breakdown = {k: v * 1e3 for k, v in p.verify.as_dict().items()}
         breakdown["draft"] = p.draft.total * 1e3
+        sources = {f"verify.{k}": v for k, v in sorted(p.verify.sources.items())}
+        sources.update({f"draft.{k}": v for k, v in sorted(p.draft.sources.items())})
         rows.append(Row(
             batch=batch, drafter=spec.kind if p.draft_len else "none", draft_len=p.draft_len, num_nodes=p.num_nodes,
             topk=p.topk, expected_al=p.expected_al, draft_ms=p.draft.total * 1e3, verify_ms=p.verify.total * 1e3,
             step_ms=p.step * 1e3, tokens_per_s=p.tokens_per_s, baseline_tokens_per_s=base.tokens_per_s,
             speedup=p.tokens_per_s / base.tokens_per_s, binding_rule=rule,
             fits_memory=bool(fits), breakdown_ms=breakdown, latency_ms_per_token=p.user_latency * 1e3,
+            sources=sources,
         ))
     return Plan(req, rows, curves)

@@ -1,0 +1,156 @@
+"""Measured kernel pricing (aiconfigurator-core perf-db), the rules for unmeasured shapes, engine overheads."""
+import math
+
+import pytest
+
+from trtspec.recipes.api import build_request
+from trtspec.recipes.arch import load_architecture
+from trtspec.recipes.costmodel import Precision, forward_cost
+from trtspec.recipes.drafters import DrafterSpec
+from trtspec.recipes.engines import ENGINES, PARAMS, load_engine, load_engine_file, save_engine_file
+from trtspec.recipes.errors import CatalogError, RecipeError
+from trtspec.recipes.gpus import load_gpu
+from trtspec.recipes.optimizer import _Evaluator, plan
+from trtspec.recipes.perfdb import PerfDBUnavailable, open_db
+from trtspec.recipes.pricing import make_pricer
+
+H200 = "perf-db trtllm 1.3.0rc20 h200_sxm"
+
+
+@pytest.fixture(scope="module")
+def db():
+    return open_db("h200_sxm", "trtllm", "1.3.0rc20")
+
+
+def test_perfdb_answers_measured_shapes_and_none_where_it_has_no_data(db):
+    assert db.label == H200
+    small, big = db.gemm(6144, 4096, 1, "bfloat16"), db.gemm(6144, 4096, 4096, "bfloat16")
+    assert 5e-6 < small < 100e-6 and big > 10 * small  # memory-bound at m = 1, compute-bound at m = 4096
+    assert db.gemm(6144, 4096, 1, "nvfp4") is None  # Hopper has no FP4 tensor cores: no table, no guess
+    assert db.attention(8, 4096, 32, 8, 128, "bfloat16") > db.attention(1, 4096, 32, 8, 128, "bfloat16")
+    assert db.allreduce(16, 8192, 1) == 0.0 and db.allreduce(16, 8192, 8) > 0
+    assert "silicon" in db.tiers
+
+
+def test_unknown_perfdb_system_fails_with_the_reason():
+    with pytest.raises(PerfDBUnavailable, match="no trtllm 1.3.0rc20 data for h20_sxm"):
+        open_db("h20_sxm", "trtllm", "1.3.0rc20")
+
+
+def test_verification_attention_rule_is_one_row_kernel_times_tile_passes(db):
+    """T = 1+D query rows per request: the measured one-row kernel at context + T, times ceil(G*T/128)."""
+    arch, gpu = load_architecture("llama-3.1-8b"), load_gpu("h200")
+    pricer, prec = make_pricer(gpu, "trtllm"), Precision.of("none")
+    group = arch.num_heads // arch.num_kv_heads
+    for tokens in (1, 4, 17, 33, 40):
+        cost = forward_cost(arch, gpu, prec, batch=8, tokens=tokens, context=4096, pricer=pricer)
+        one = db.attention(8, 4096 + tokens, arch.num_heads, arch.num_kv_heads, arch.head_dim, "bfloat16")
+        assert cost.attention == pytest.approx(arch.num_layers * one * math.ceil(group * tokens / 128), rel=1e-9)
+        assert cost.sources["attention"] == H200
+
+
+def test_gemms_price_at_m_equal_batch_times_tokens(db):
+    arch, gpu = load_architecture("llama-3.1-8b"), load_gpu("h200")
+    cost = forward_cost(arch, gpu, Precision.of("none"), batch=4, tokens=5, context=1024, pricer=make_pricer(gpu))
+    h, inter, m = arch.hidden, arch.intermediate, 20
+    qkv = (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim
+    per_layer = sum(db.gemm(n, k, m, "bfloat16") for n, k in ((qkv, h), (h, arch.num_heads * arch.head_dim),
+                                                               (2 * inter, h), (h, inter)))
+    assert cost.linear == pytest.approx(arch.num_layers * per_layer, rel=1e-9)
+    assert cost.lm_head == pytest.approx(db.gemm(arch.vocab, h, m, "bfloat16"), rel=1e-9)
+    assert cost.engine == load_engine("trtllm").step and cost.sources["engine"] == "trtllm"
+
+
+def test_state_mixers_stay_on_the_roofline_and_say_so():
+    arch, gpu = load_architecture("nemotron-h-8b"), load_gpu("h200")
+    cost = forward_cost(arch, gpu, Precision.of("none"), batch=8, tokens=4, context=4096, pricer=make_pricer(gpu))
+    assert cost.sources["state"] == "roofline" and cost.state > 0
+    assert cost.sources["linear"] == H200
+
+
+def test_gpu_without_perf_db_keeps_engine_costs_and_prices_kernels_by_the_roofline():
+    gpu = load_gpu("h20")
+    pricer = make_pricer(gpu, "vllm")
+    assert pricer.db is None and "no perf_db system" in pricer.note
+    cost = forward_cost(load_architecture("llama-3.1-8b"), gpu, Precision.of("none"), pricer=pricer)
+    assert cost.sources["linear"] == "roofline" and cost.engine == load_engine("vllm").step
+
+
+def test_pricing_roofline_is_the_analytic_model_exactly():
+    arch, gpu, prec = load_architecture("llama-3.1-70b"), load_gpu("h200"), Precision.of("fp8")
+    assert make_pricer(gpu, pricing="roofline") is None
+    a = forward_cost(arch, gpu, prec, batch=16, tokens=4)
+    assert a.overhead > gpu.step_overhead and a.engine == 0.0 and set(a.sources.values()) <= {"roofline", "GPU file"}
+    with pytest.raises(RecipeError, match="--pricing must be one of"):
+        make_pricer(gpu, pricing="guess")
+
+
+def test_engines_cost_differently_and_plan_names_its_sources():
+    kw = dict(model="llama-3.1-8b", gpu="h100", drafters="eagle3", acceptance="rates=0.8", batches=[1])
+    rows = {e: plan(build_request(engine=e, **kw)).rows[0] for e in ENGINES}
+    assert rows["vllm"].sources["verify.linear"] == "perf-db vllm 0.24.0 h100_sxm"
+    assert rows["sglang"].sources["draft.engine"] == "sglang"
+    assert len({round(r.baseline_tokens_per_s, 3) for r in rows.values()}) == 3  # different step costs
+    with pytest.raises(RecipeError, match="unknown --engine 'tgi'"):
+        build_request(engine="tgi", **kw)
+
+
+def test_drafter_classes_cost_differently_with_measured_pricing():
+    """Sequential drafters pay one draft forward (and the engine's draft_forward) per token; a parallel drafter
+    one per block, so its draft cost barely grows with D; a lookup drafter only the host-side lookup."""
+    target, gpu, prec = load_architecture("llama-3.1-8b"), load_gpu("h100"), Precision.of("none")
+    pricer = make_pricer(gpu, "trtllm")
+    eng = pricer.engine
+
+    def cost(kind, d):
+        return DrafterSpec(kind).step_time(target, gpu, prec, tp=1, batch=4, draft_len=d, context=1024, pricer=pricer)
+
+    assert cost("eagle3", 8).total == pytest.approx(8 * cost("eagle3", 1).total)
+    assert cost("eagle3", 8).engine == pytest.approx(8 * eng.draft_forward)
+    assert cost("dflash", 8).engine == pytest.approx(eng.draft_forward)
+    assert cost("dflash", 8).total < 1.5 * cost("dflash", 1).total
+    assert cost("ngram", 5).total == pytest.approx(eng.lookup + 5 * eng.lookup_per_token)
+    assert DrafterSpec("dspark").drafter_class == "parallel" and DrafterSpec("sa").drafter_class == "lookup"
+
+
+def test_speculative_step_costs_per_layer_and_per_request():
+    req = build_request(model="llama-3.1-70b", gpu="h200", quant="fp8", drafters="eagle3", acceptance="rates=0.8",
+                        batches=[1, 64])
+    eng = load_engine("trtllm")
+    for b in (1, 64):
+        ev = _Evaluator(req, b)
+        assert ev.spec_overhead == pytest.approx(eng.spec_step + 80 * eng.spec_layer + b * eng.spec_request)
+
+
+def test_speedup_falls_with_concurrency_at_short_context():
+    """llama-3.1-8b + EAGLE-3 on H100, 1k context: flat (within 2%) up to B = 16, then falling as the verification
+    GEMMs turn compute-bound at M = B*(1+D), as the published batch sweeps show."""
+    req = build_request(model="llama-3.1-8b", gpu="h100", drafters="eagle3", acceptance="prior:llama3.1-8b-eagle3",
+                        context=1024, batches=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    s = [r.speedup for r in plan(req).rows]
+    assert max(s) <= s[0] * 1.02
+    assert all(a >= b for a, b in zip(s[4:], s[5:])), s
+    assert s[-1] < 0.8 * s[0]
+
+
+def test_engine_file_roundtrip_and_errors(tmp_path):
+    prof = load_engine("sglang").with_params(step_us=123.4)
+    path = save_engine_file(prof, tmp_path / "sglang.yaml", {"step_us": 'fitted on "x"'})
+    back = load_engine_file(path)
+    assert back.params_us()["step_us"] == pytest.approx(123.4) and back.justifications["step_us"] == 'fitted on "x"'
+    assert set(back.params_us()) == set(PARAMS)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(path.read_text().replace('justification: "fitted on \\"x\\""', 'justification: ""'))
+    with pytest.raises(CatalogError, match="overheads.step_us has no justification"):
+        load_engine_file(bad)
+    with pytest.raises(RecipeError, match="unknown engine parameters"):
+        prof.with_params(bogus_us=1)
+
+
+def test_a_losing_batch_says_so_with_the_best_drafting_speedup():
+    req = build_request(model="llama-3.1-70b", gpu="h200", quant="fp8", drafters="eagle3", acceptance="rates=0.5",
+                        batches=[384], context=512)
+    row = plan(req).rows[0]
+    assert row.draft_len == 0 and row.drafter == "none"
+    assert "no gain: guideline 1" in row.binding_rule
+    assert "speculation loses here: the best D >= 1 (eagle3, D=1) would give 0." in row.binding_rule

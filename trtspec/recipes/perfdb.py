@@ -1,0 +1,191 @@
+"""Measured kernel latencies from aiconfigurator-core (NVIDIA's configurator core, Apache-2.0), per GPU and engine.
+
+aiconfigurator-core ships latencies collected per system (``h200_sxm``, ``b200_sxm``, ...) and engine version
+(TensorRT-LLM, vLLM, SGLang): GEMM by (m, n, k, dtype) from m = 1, generation attention by (batch, context, heads,
+KV heads, head size, window, KV dtype), generation MLA, MLA batched GEMMs, MoE by (tokens, hidden, expert width,
+top-k, experts, TP, EP, dtype) and custom all-reduce by (tokens, hidden, TP). This module asks its own query API
+(``perf_database.get_database`` + ``EngineHandle.evaluate_ops_json`` over its op classes), which interpolates within
+and extrapolates beyond the collected grid; it never reads the parquet files itself.
+
+* ``open_db(system, engine, version)`` loads one database lazily (cached per process, about 1-1.5 s) or raises
+  ``PerfDBUnavailable`` with the reason (package missing, no data for that system / engine / version);
+* ``PerfDB`` methods return seconds, or ``None`` where the database holds no data for that shape or dtype (e.g.
+  NVFP4 on Hopper, an MoE shape never collected): the caller falls back to the roofline for that op;
+* FP8 is collected per-tensor (``fp8``) or in 128x128 blocks (``fp8_block``, SGLang's and DeepSeek-style
+  checkpoints' scaling); a shape one of them lacks is asked in the other (same bytes, same tensor cores);
+* every answer is memoised per shape, so a full plan costs one query per distinct shape;
+* ``tiers`` collects the provenance tiers the engine reported (``silicon`` = collected rows; anything else, e.g.
+  ``empirical``, is a formula the package fell back to) so the plan can say what priced each op class.
+
+Shapes it does not measure are derived by the caller (``trtspec.recipes.pricing``), never guessed here.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+
+from trtspec.recipes.errors import RecipeError
+
+_GEMM_QUANTS = {2.0: "bfloat16", 1.0: "fp8", 0.5625: "nvfp4", 0.5156: "int4_wo"}
+_MOE_QUANTS = {"none": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4",
+               "nvfp4": "nvfp4", "int4_awq": "int4_wo", "w4a8_awq": "w4afp8"}
+# An engine collects FP8 in one of two scalings: per-tensor ("fp8") or 128x128 blocks ("fp8_block", what SGLang and
+# DeepSeek-style checkpoints run). Same bytes and tensor-core dtype: a shape missing in one is asked in the other.
+_ALTERNATIVES = {"fp8": ("fp8", "fp8_block")}
+# Token routing of the MoE tables: aiconfigurator-core's own default (sdk/config.py workload_distribution
+# "power_law", alpha 1.01 in its DeepSeek-family models): real traffic is skewed, so B*(1+D) tokens touch fewer
+# distinct experts than uniform ("balanced") routing would, and the collected latency grows smoothly with tokens.
+MOE_DISTRIBUTION = "power_law_1.01"
+
+
+class PerfDBUnavailable(RecipeError):
+    """No measured database for this (system, engine, version); the message says why."""
+
+
+def gemm_quant(weight_bytes: float, compute: str) -> str | None:
+    """aiconfigurator GEMM quant mode for a weight precision (bytes/param) and compute dtype, None if it has none."""
+    if compute == "fp8" and weight_bytes < 1.0:
+        return None  # w4a8: no GEMM table
+    return _GEMM_QUANTS.get(round(float(weight_bytes), 4))
+
+
+def moe_quant(quant: str) -> str | None:
+    """aiconfigurator MoE quant mode for a trtspec ``--quant`` base name."""
+    return _MOE_QUANTS.get(str(quant).split(":")[0])
+
+
+def _no_data_errors() -> tuple:
+    from aiconfigurator_core.sdk import errors
+
+    return (errors.PerfDataNotAvailableError, errors.MissingSystemFlopsError,
+            errors.InterpolationDataNotAvailableError, errors.EmpiricalNotImplementedError,
+            errors.UnsupportedAttentionBackendError)
+
+
+@dataclass
+class PerfDB:
+    """One loaded database; see the module docstring. Times in seconds."""
+
+    system: str
+    engine: str
+    version: str
+    _handle: object = field(repr=False, default=None)
+    _memo: dict = field(default_factory=dict, repr=False)
+    tiers: set = field(default_factory=set, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"perf-db {self.engine} {self.version} {self.system}"
+
+    def _eval(self, make_op, *, batch: int, s: int, x: int | None, key: tuple) -> float | None:
+        full = (key, batch, s, x)
+        if full in self._memo:
+            return self._memo[full]
+        from aiconfigurator_core.sdk.engine import build_ops_json
+
+        try:
+            (_, ms, _, tier), = self._handle.evaluate_ops_json(build_ops_json([make_op()]), is_context=False,
+                                                               batch_size=int(batch), s=int(s),
+                                                               x=None if x is None else int(x))
+        except _no_data_errors():
+            value = None
+        else:
+            value = float(ms) * 1e-3 if ms > 0 else None
+            if value is not None:
+                self.tiers.add(str(tier))
+        self._memo[full] = value
+        return value
+
+    def gemm(self, n: int, k: int, m: int, quant: str) -> float | None:
+        """One GEMM [m, k] x [k, n] in ``quant`` (aiconfigurator mode name)."""
+        from aiconfigurator_core.sdk import common
+        from aiconfigurator_core.sdk.operations import GEMM
+
+        if n < 1 or k < 1 or m < 1:
+            return 0.0
+        for name in _ALTERNATIVES.get(quant, (quant,)):
+            q = getattr(common.GEMMQuantMode, name)
+            t = self._eval(lambda: GEMM("gemm", 1, int(n), int(k), q), batch=1, s=1, x=m, key=("gemm", n, k, name))
+            if t is not None:
+                return t
+        return None
+
+    def attention(self, batch: int, context: int, heads: int, kv_heads: int, head_dim: int, kv_quant: str,
+                  window: int | None = None) -> float | None:
+        """One layer's generation attention: ``batch`` requests, one query token each, ``context`` cached tokens."""
+        from aiconfigurator_core.sdk import common
+        from aiconfigurator_core.sdk.operations import GenerationAttention
+
+        q = getattr(common.KVCacheQuantMode, kv_quant)
+        extra = {"window_size": int(window)} if window else {}
+        return self._eval(lambda: GenerationAttention("generation_attention", 1, int(heads), int(kv_heads), q,
+                                                      head_size=int(head_dim), **extra),
+                          batch=batch, s=max(1, context), x=None,
+                          key=("attn", heads, kv_heads, head_dim, kv_quant, window))
+
+    def mla(self, batch: int, context: int, heads: int, kv_quant: str) -> float | None:
+        """One layer's generation MLA (absorbed, latent KV) for ``heads`` local heads, one query token per request."""
+        from aiconfigurator_core.sdk import common
+        from aiconfigurator_core.sdk.operations import GenerationMLA
+
+        q = getattr(common.KVCacheQuantMode, kv_quant)
+        return self._eval(lambda: GenerationMLA("generation_attention", 1, int(heads), q), batch=batch,
+                          s=max(1, context), x=None, key=("mla", heads, kv_quant))
+
+    def mla_bmm(self, tokens: int, heads: int, quant: str, pre: bool) -> float | None:
+        """The absorbed MLA batched GEMM before (``pre``) or after attention for ``tokens`` tokens."""
+        from aiconfigurator_core.sdk import common
+        from aiconfigurator_core.sdk.operations import MLABmm
+
+        q = getattr(common.GEMMQuantMode, quant)
+        return self._eval(lambda: MLABmm("mla_bmm", 1, int(heads), q, if_pre=bool(pre)), batch=tokens, s=1,
+                          x=tokens, key=("mla_bmm", heads, quant, pre))
+
+    def moe(self, tokens: int, hidden: int, inter: int, topk: int, experts: int, moe_tp: int, moe_ep: int,
+            quant: str) -> float | None:
+        """Routed experts of one MoE layer (grouped GEMMs, activation) for ``tokens`` tokens (``MOE_DISTRIBUTION``)."""
+        from aiconfigurator_core.sdk import common
+        from aiconfigurator_core.sdk.operations import MoE
+
+        for name in _ALTERNATIVES.get(quant, (quant,)):
+            q = getattr(common.MoEQuantMode, name)
+            t = self._eval(lambda: MoE("moe", 1, int(hidden), int(inter), int(topk), int(experts), int(moe_tp),
+                                       int(moe_ep), q, MOE_DISTRIBUTION, 1), batch=tokens, s=1, x=tokens,
+                           key=("moe", hidden, inter, topk, experts, moe_tp, moe_ep, name))
+            if t is not None:
+                return t
+        return None
+
+    def allreduce(self, tokens: int, hidden: int, tp: int) -> float | None:
+        """One all-reduce of ``tokens`` x ``hidden`` bf16 activations over ``tp`` GPUs (0 for tp = 1)."""
+        from aiconfigurator_core.sdk.operations import CustomAllReduce
+
+        if tp <= 1:
+            return 0.0
+        return self._eval(lambda: CustomAllReduce("allreduce", 1, int(hidden), int(tp)), batch=tokens, s=1,
+                          x=tokens, key=("ar", hidden, tp))
+
+
+@functools.lru_cache(maxsize=None)
+def open_db(system: str, engine: str, version: str) -> PerfDB:
+    """Load (once per process) the database of ``system`` / ``engine`` / ``version``; see the module docstring."""
+    try:
+        from aiconfigurator_core.sdk import perf_database
+        from aiconfigurator_core.sdk.engine import EngineHandle
+    except ImportError as exc:
+        raise PerfDBUnavailable(f"aiconfigurator-core is not installed ({exc}); pip install aiconfigurator-core") from exc
+    log = logging.getLogger("aiconfigurator_core")
+    level = log.level
+    log.setLevel(max(level, logging.ERROR))  # its loader logs every fallback table it reads at WARNING
+    try:
+        try:
+            db = perf_database.get_database(system, engine, version)
+        except ValueError as exc:
+            raise PerfDBUnavailable(f"aiconfigurator-core has no {engine} {version} data for {system}: {exc}") from exc
+        if db is None:
+            raise PerfDBUnavailable(f"aiconfigurator-core has no {engine} {version} data for {system}")
+        handle = EngineHandle.for_database(db)
+    finally:
+        log.setLevel(level)
+    return PerfDB(system, engine, version, handle)

@@ -1,0 +1,175 @@
+"""Step pricing: which source prices each op class of a forward, and what a real engine adds per step.
+
+``Pricer`` (one per plan: a GPU, an ``--engine``) refines the roofline cost of each decoder block
+(``trtspec.recipes.costmodel.block_cost``) with measured kernel latencies (``trtspec.recipes.perfdb``) where the
+database has them, op class by op class, and records the source of each class in ``StepCost.sources``
+(``perf-db trtllm 1.3.0rc20 h200_sxm`` or ``roofline``). A class the database is silent on keeps its roofline time.
+
+Shapes the database does not measure, and the rule that derives them from what it does:
+
+* **verification attention** (T = 1+D query rows per request; the generation tables hold one query row per
+  request): the T rows of a request read the same KV cache, and the G*T rows that share one KV head are packed into
+  MMA tiles of ``gpu.attention_tile_rows`` (128) rows, each tile pass streaming that head's KV once (TensorRT-LLM's
+  XQA speculative mode, FlashInfer / FlashAttention-3 GQA packing). Hence
+  ``T_verify(B, T, ctx) = T_generation(B, ctx + T) * ceil(G*T / 128)`` -- flat in D until G*T crosses a tile
+  (guidelines 2-3). MLA: the same with G = all local heads (every head reads the shared latent);
+* **GEMMs**: M = B*T rows is a measured axis (the package's interpolation); the LM head is a bf16 GEMM
+  (Model-Optimizer leaves ``lm_head`` unquantized) with M = B*T (logits for every verified token);
+* **MoE**: B*T routed tokens, power-law routing (``perfdb.MOE_DISTRIBUTION``), MoE TP = tp / ep and EP = ep
+  (measured axes);
+* **all-reduce**: two per layer (after the mixer and after the feed-forward) of B*T tokens (measured axis);
+* **state mixers** (gated DeltaNet, Mamba-2): the recurrent-state kernels stay on the roofline (the package's
+  kernels need sizes the descriptor does not keep); their projections are priced as one GEMM of the same weight
+  count (n = params / hidden, k = hidden);
+* **fixed costs**: the GPU file's per-layer figures (small kernels' floors, launch gaps: class ``overhead``) stay;
+  the engine's per-forward, per-speculative-step and per-draft-forward costs (``recipes/engines/<engine>.yaml``)
+  replace the GPU file's ``step_overhead_us`` / ``spec_overhead_us`` (class ``engine``).
+
+``pricing="roofline"`` plans with no ``Pricer`` at all: every kernel on the roofline and the GPU file's fixed costs
+(the analytic model alone, the baseline ``benchmarks/bench_fidelity.py`` prints beside the measured one).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trtspec.recipes.engines import EngineProfile, load_engine
+from trtspec.recipes.errors import RecipeError
+from trtspec.recipes.gpus import GPU
+from trtspec.recipes.perfdb import PerfDB, PerfDBUnavailable, gemm_quant, moe_quant, open_db
+
+PRICINGS = ("perf-db", "roofline")
+ROOFLINE = "roofline"
+
+
+@dataclass
+class Pricer:
+    """Measured pricing for one GPU and engine (``db`` None: every kernel class falls back to the roofline)."""
+
+    gpu: GPU
+    engine: EngineProfile
+    db: PerfDB | None
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.db.label if self.db is not None else ROOFLINE
+
+    def describe(self) -> dict:
+        """What prices what, for plan provenance."""
+        return {"kernels": self.label if self.db else f"roofline ({self.note})", "engine": self.engine.name,
+                "engine_overheads": self.engine.path, "perf_db_tiers": sorted(self.db.tiers) if self.db else []}
+
+    # ---- single GEMMs (drafter heads, fc layers) -----------------------------------------------------------------
+    def gemm(self, n: float, k: int, m: int, prec, wbytes: float | None = None) -> float | None:
+        """One weight GEMM of n x k (per GPU) on m rows, or None where the database has no such dtype/shape."""
+        if self.db is None:
+            return None
+        wb = prec.weight_bytes if wbytes is None else wbytes
+        q = gemm_quant(wb, prec.compute if wb <= prec.weight_bytes else "bf16")
+        if q is None:
+            return None
+        return self.db.gemm(max(1, round(n)), int(k), int(m), q)
+
+    def lm_head(self, params: float, hidden: int, tp: int, m: int) -> float | None:
+        if self.db is None:
+            return None
+        return self.db.gemm(max(1, round(params / hidden / tp)), hidden, m, "bfloat16")
+
+    # ---- one decoder block -----------------------------------------------------------------------------------------
+    def block(self, arch, block, prec, tp: int, ep: int, batch: int, tokens: int, context: int, cost) -> None:
+        """Overwrite the measured op classes of ``cost`` (one block's roofline ``StepCost``) and set their sources."""
+        if self.db is None:
+            return
+        m = batch * tokens
+        gemms = []
+        if block.mixer:
+            gemms += _mixer_gemms(self, arch, block.mixer, prec, tp, m)
+        if block.ffn:
+            gemms += _ffn_gemms(self, arch, block.ffn, prec, tp, m)
+        if gemms and all(t is not None for t in gemms):
+            cost.linear = sum(gemms)
+            cost.sources["linear"] = self.label
+        if block.mixer in ("attention", "sliding", "mla"):
+            att = _attention(self, arch, block, prec, tp, batch, tokens, context)
+            if att is not None:
+                cost.attention = att
+                cost.sources["attention"] = self.label
+        if block.ffn == "moe":
+            moe = arch.moe
+            q = moe_quant(prec.quant)
+            t = None if q is None or tp % ep else self.db.moe(m, arch.hidden, moe.intermediate, moe.experts_per_token,
+                                                              moe.num_experts, tp // ep, ep, q)
+            if t is not None:
+                cost.moe = t
+                cost.sources["moe"] = self.label
+        if tp > 1:
+            ar = self.db.allreduce(m, arch.hidden, tp)
+            if ar is not None:
+                cost.comm = ar * ((1 if block.mixer else 0) + (1 if block.ffn else 0))
+                cost.sources["comm"] = self.label
+
+
+def _mixer_gemms(p: Pricer, arch, mixer: str, prec, tp: int, m: int) -> list:
+    h = arch.hidden
+    wb = prec.mixer_weight_bytes
+    if mixer in ("attention", "sliding"):
+        heads, kv = max(1, arch.num_heads // tp), max(1, arch.num_kv_heads // tp)
+        return [p.gemm((heads + 2 * kv) * arch.head_dim, h, m, prec, wb), p.gemm(h, heads * arch.head_dim, m, prec, wb)]
+    if mixer == "mla":
+        mla, heads = arch.mla, max(1, arch.num_heads // tp)
+        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        fused_a = (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim  # replicated, not split by TP
+        out = [p.gemm(fused_a, h, m, prec, wb), p.gemm(heads * qk, mla.q_lora_rank or h, m, prec, wb),
+               p.gemm(h, heads * mla.v_head_dim, m, prec, wb)]
+        wq = prec.weight_bytes if wb is None else wb
+        q = gemm_quant(wq, prec.compute if wq <= prec.weight_bytes else "bf16")
+        q = q if q in ("fp8", "bfloat16") else "bfloat16"
+        out += [p.db.mla_bmm(m, heads, q, True), p.db.mla_bmm(m, heads, q, False)]
+        return out
+    spec = arch.linear if mixer == "linear" else arch.mamba
+    return [p.gemm(spec.proj_params / h / tp, h, m, prec, wb)]  # equivalent GEMM of the projections' weights
+
+
+def _ffn_gemms(p: Pricer, arch, ffn: str, prec, tp: int, m: int) -> list:
+    h, gated = arch.hidden, arch.mlp_gated
+    if ffn == "dense":
+        inter = arch.intermediate
+        return [p.gemm((2 if gated else 1) * inter / tp, h, m, prec), p.gemm(h, max(1, inter // tp), m, prec)]
+    out = [p.db.gemm(arch.moe.num_experts, h, m, "bfloat16")]  # router
+    shared = arch.moe.shared_intermediate
+    if shared:
+        out += [p.gemm((2 if gated else 1) * shared / tp, h, m, prec), p.gemm(h, max(1, shared // tp), m, prec)]
+    return out
+
+
+def _attention(p: Pricer, arch, block, prec, tp: int, batch: int, tokens: int, context: int) -> float | None:
+    kvq = "fp8" if prec.kv_bytes <= 1.0 else "bfloat16"
+    tile = p.gpu.attention_tile_rows
+    length = context + tokens
+    heads = max(1, arch.num_heads // tp)
+    if block.mixer == "mla":
+        one = p.db.mla(batch, length, heads, kvq)
+        return None if one is None else one * math.ceil(heads * tokens / tile)
+    kv = max(1, arch.num_kv_heads // tp)
+    one = p.db.attention(batch, length, heads, kv, arch.head_dim, kvq, block.window)
+    return None if one is None else one * math.ceil(max(1, heads // kv) * tokens / tile)
+
+
+def make_pricer(gpu: GPU, engine: str = "trtllm", pricing: str = "perf-db") -> Pricer | None:
+    """The ``Pricer`` for ``gpu`` under ``engine``; ``pricing='roofline'`` returns None (the analytic model alone).
+
+    A GPU without a ``perf_db`` system, or a database that cannot be loaded, keeps the engine's fixed costs and
+    prices every kernel class by the roofline (``Pricer.note`` says why)."""
+    if pricing not in PRICINGS:
+        raise RecipeError(f"--pricing must be one of {PRICINGS}, got {pricing!r}")
+    profile = load_engine(engine)
+    if pricing == "roofline":
+        return None
+    if not gpu.perf_db_system:
+        return Pricer(gpu, profile, None, f"gpu {gpu.name!r} has no perf_db system in its GPU file")
+    try:
+        db = open_db(gpu.perf_db_system, profile.name, profile.perf_db_version_for(gpu.perf_db_system))
+    except PerfDBUnavailable as exc:
+        return Pricer(gpu, profile, None, str(exc))
+    return Pricer(gpu, profile, db)
