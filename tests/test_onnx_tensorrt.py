@@ -146,9 +146,9 @@ def test_build_backend_tensorrt_rejects_unsupported_choices(pair, tmp_path):
     res = CliRunner().invoke(build, ["--target", str(target), "--draft", str(draft), "--quant", "nvfp4",
                                      "--backend", "tensorrt", "--out", str(tmp_path / "b")])
     assert res.exit_code != 0 and "--backend tensorrt supports --quant" in res.output
-    res = CliRunner().invoke(build, ["--target", str(target), "--draft", str(draft), "--verify", "sample",
+    res = CliRunner().invoke(build, ["--target", str(target), "--draft", str(draft), "--verify", "tree",
                                      "--out", str(tmp_path / "b")])
-    assert res.exit_code != 0 and "--verify sample chooses the verification node of --backend tensorrt" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--verify'" in res.output
     res = CliRunner().invoke(build, ["--target", str(target), "--draft", str(draft), "--drafter", "eagle3",
                                      "--backend", "tensorrt", "--verify", "block", "--out", str(tmp_path / "b")])
     assert res.exit_code != 0 and "exports EAGLE-3 step graphs with --verify greedy; got --verify block" in res.output
