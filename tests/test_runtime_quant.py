@@ -320,7 +320,8 @@ def test_pipeline_loads_a_quantized_target_and_decodes_losslessly(base, quantize
     assert got == [o for o, _ in base_pipe.generate_ids(prompts, max_new_tokens=10)]
     assert pipe.last_stats.draft_tokens > 0
     bf16 = load_pipeline(export, draft_len=0, dtype=torch.bfloat16)
-    assert bf16.target.lm_head.weight.dtype == torch.bfloat16 and bf16.target.quant.algo == "FP8"
+    assert bf16.target.lm_head.weight.dtype == torch.bfloat16 and bf16.target.quant.dtype == "bfloat16"
+    assert pipe.target.quant.dtype == "float32" and "dequantized to float32" in pipe.target.quant.describe()
 
 
 def _copy_export(src, dst):

@@ -10,6 +10,7 @@ d head dim, V vocabulary, E hidden size.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -304,9 +305,9 @@ def load_model(model_dir: str | Path, *, device="cpu", dtype=torch.float32, quan
         tensors["lm_head.weight"] = tensors.get("model.embed_tokens.weight")
     model = Transformer(cfg)
     _load_into(model, tensors, model_dir)
-    if plan is not None:
+    if info is not None:
         install(model, plan)
-    model.quant = info
+        model.quant = dataclasses.replace(info, dtype=str(dtype).removeprefix("torch."))
     return model.to(device=device, dtype=dtype).eval()
 
 

@@ -293,7 +293,8 @@ class QuantInfo:
     ``activations``: ``"simulated"`` (the exported input quantizers run in the forward), ``"none"``
     (a weight-only format) or ``"weights only"`` (``quant_activations=False``);
     ``kv_cache``: ``"FP8"`` when K/V are rounded through FP8 with the exported scales, else None;
-    ``producer``: the exporting tool and version; ``source``: the config file read.
+    ``producer``: the exporting tool and version; ``source``: the config file read; ``dtype``: the
+    runtime dtype the weights were dequantized into.
     """
 
     algo: str
@@ -302,17 +303,18 @@ class QuantInfo:
     kv_cache: str | None
     producer: str
     source: str
+    dtype: str = "float32"
 
     def describe(self) -> str:
         n = sum(c for _, c in self.layers)
         kinds = ", ".join(f"{c} {a}" for a, c in self.layers)
         kv = f"; KV cache {self.kv_cache} (K/V rounded through FP8 with k_scale/v_scale)" if self.kv_cache else ""
-        return (f"{self.algo} checkpoint ({self.producer}): {n} linear layers dequantized ({kinds}); "
+        return (f"{self.algo} checkpoint ({self.producer}): {n} linear layers dequantized to {self.dtype} ({kinds}); "
                 f"activations {self.activations}{kv}")
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "layers": dict(self.layers), "activations": self.activations,
-                "kv_cache": self.kv_cache, "producer": self.producer, "source": self.source}
+                "kv_cache": self.kv_cache, "dtype": self.dtype, "producer": self.producer, "source": self.source}
 
 
 @dataclass
