@@ -81,7 +81,7 @@ def test_cli_errors_name_the_argument(tmp_path, pair):
 
 
 def test_cli_verify_says_what_it_needs(tmp_path, pair):
-    res = CliRunner().invoke(main, args(pair, tmp_path, "--verify", "--quant", "none"))
+    res = CliRunner().invoke(main, args(pair, tmp_path, "--smoke-test", "--quant", "none"))
     assert res.exit_code == 0, res.output
     assert "verify: skipped - this step needs" in res.output
 

@@ -207,11 +207,11 @@ def test_plan_schedule_merges_and_drops_a_no_op_max_concurrency():
 
 @pytest.mark.parametrize("version", VERSIONS["vllm"])
 @pytest.mark.parametrize("drafter", ["draft_model", "eagle3", "mtp", "ngram", "sa", "dflash", "dspark"])
-@pytest.mark.parametrize("verification", ["token", "block"])
-def test_every_vllm_key_is_cited_for_its_version(tmp_path, version, drafter, verification):
+@pytest.mark.parametrize("verify", ["sample", "block"])
+def test_every_vllm_key_is_cited_for_its_version(tmp_path, version, drafter, verify):
     vv = engine_version("vllm", version)
     facts = dspark_facts() if drafter == "dspark" else DrafterFacts(layer_ids=[0, 1], mtp_layers=1)
-    opts = _opts(drafter, max_batch_size=64, vllm_version=version, verification=verification)
+    opts = _opts(drafter, max_batch_size=64, vllm_version=version, verify=verify)
     written = emit.write_configs(tmp_path, FakeRecipe(), opts, facts=facts)
     if drafter not in vv["methods"]:
         assert written["vllm"] is None and not (tmp_path / "vllm.yaml").exists()
@@ -221,9 +221,9 @@ def test_every_vllm_key_is_cited_for_its_version(tmp_path, version, drafter, ver
     assert set(dotted_keys(data)) <= set(vv["keys"]), set(dotted_keys(data)) - set(vv["keys"])
     sc = data["speculative_config"]
     assert ("num_speculative_tokens_per_batch_size" in sc) == (version == "main-002e77c" and drafter != "dspark")
-    block = verification == "block" and version == "main-002e77c" and drafter not in ("ngram", "sa")
+    block = verify == "block" and version == "main-002e77c" and drafter not in ("ngram", "sa")
     assert sc.get("rejection_sample_method") == ("block" if block else None)
-    if verification == "block" and drafter in ("ngram", "sa") and version == "main-002e77c":
+    if verify == "block" and drafter in ("ngram", "sa") and version == "main-002e77c":
         assert any("proposes tokens without probabilities" in n for n in written["notes"])
 
 

@@ -28,6 +28,9 @@ class BenchConfig:
     verify: str = _f("greedy", "Verification of the local runtime: greedy, sample or block.")
     device: str = _f("cpu", "Device of the local runtime: cpu or cuda.")
     dtype: str = _f("float32", "Weights/activations dtype of the local runtime: float32, bfloat16 or float16.")
+    unquantized_target: str = _f("auto", "Local runtime, quantized --target: the unquantized checkpoint benched "
+                                         "side by side on the same prompts and draft ('auto': the source checkpoint "
+                                         "the bundle's manifest records; 'none': no comparison; or a directory).")
     engine: str = _f("auto", "Server metric names: auto, vllm, trtllm or sglang.")
     ci: str = _f("bootstrap", "Confidence intervals of mean AL: bootstrap (over requests, 2000 resamples, fixed seed) "
                               "or normal (delta method).")

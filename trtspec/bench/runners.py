@@ -98,6 +98,49 @@ def resolve_pair(path: str | Path) -> tuple[Path, Path | None, str | None]:
     return path / "target", draft, (manifest.get("options") or {}).get("drafter")
 
 
+def checkpoint_quant(model_dir: str | Path) -> str | None:
+    """``"FP8"``, ``"W4A16_AWQ + FP8 KV cache"``, ... for a Model-Optimizer quantized checkpoint, None
+    when ``model_dir`` is unquantized (an unsupported quantization raises ModelFormatError)."""
+    from trtspec.runtime.config import read_quant_config
+
+    q = read_quant_config(model_dir)
+    if q is None:
+        return None
+    return " + ".join(x for x in (q.algo, q.kv_cache_algo and f"{q.kv_cache_algo} KV cache") if x)
+
+
+def unquantized_baseline(target: str | Path, choice: str = "auto") -> tuple[Path | None, str]:
+    """(unquantized checkpoint to bench next to ``target``, or None; why).
+
+    ``choice``: ``"none"`` (no baseline), a directory (it must hold an unquantized checkpoint), or
+    ``"auto"``: when ``target``'s checkpoint is quantized and ``target`` is a bundle whose manifest
+    records the source it was built from (``inputs.target.path``) and that source is still there.
+    """
+    if choice == "none":
+        return None, "no comparison asked for"
+    target_dir, _, _ = resolve_pair(target)
+    if choice != "auto":
+        base = Path(choice)
+        if not (base / "config.json").is_file():
+            raise ValueError(f"--unquantized-target {choice}: no config.json there (expected a model directory)")
+        if checkpoint_quant(base) is not None:
+            raise ValueError(f"--unquantized-target {choice}: that checkpoint is quantized ({checkpoint_quant(base)})")
+        return base, f"--unquantized-target {choice}"
+    quant = checkpoint_quant(target_dir)
+    if quant is None:
+        return None, "the target is unquantized"
+    manifest = Path(target) / "manifest.json"
+    source = (json.loads(manifest.read_text(encoding="utf-8")).get("inputs", {}).get("target", {}).get("path")
+              if manifest.is_file() else None)
+    if source is None:
+        return None, f"the target is {quant} but no bundle manifest records its source (pass --unquantized-target)"
+    if not (Path(source) / "config.json").is_file():
+        return None, f"the bundle's source checkpoint {source} is not there any more (pass --unquantized-target)"
+    if checkpoint_quant(source) is not None:
+        return None, f"the bundle's source checkpoint {source} is itself quantized"
+    return Path(source), f"the source checkpoint recorded in {manifest}"
+
+
 def record_from_stats(qid: str, category: str, stats: Any, output_tokens: int, latency_s: float) -> M.RequestRecord:
     """A RequestRecord from the runtime's ``SpecStats`` (drafts, draft_tokens, accepted_tokens,
     accepted_per_pos)."""
@@ -155,9 +198,11 @@ class LocalRunner:
         drafter = bundle_drafter or drafter
         pipe = load_pipeline(str(target_dir), None if draft is None else str(draft), drafter=drafter,
                              draft_len=draft_len, verify=verify, device=device, dtype=getattr(torch, dtype))
+        q = pipe.target.quant
+        quant = f" ({q.algo}, activations {q.activations})" if q is not None else ""
         return cls(pipe, chat=load_chat_template(target_dir), clock=clock,
-                   source=f"trtspec.runtime: target={target_dir}, draft={draft}, drafter={drafter}, D={draft_len}, "
-                          f"verify={verify}, device={device}, clock={clock}")
+                   source=f"trtspec.runtime: target={target_dir}{quant}, draft={draft}, drafter={drafter}, "
+                          f"D={draft_len}, verify={verify}, device={device}, clock={clock}")
 
     def _fit(self, ids: list[int], max_new_tokens: int) -> list[int]:
         """Keep the last ``context - max_new_tokens`` prompt tokens (counted in ``self.truncated``)."""

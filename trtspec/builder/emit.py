@@ -177,8 +177,8 @@ def trtllm_part(recipe: Any, opts: Any, facts: DrafterFacts, tv: EngineVersion) 
     meaning.insert(1, f"draft length per batch size: {_ranges(per_batch)}"
                    + (" (static: this version has no per-batch draft length for it)"
                       if is_static(tv, dtype, facts.mtp_layers) else ""))
-    if opts.verification == "block" and not tv["block_verification"]:
-        notes.append(f"{tv.label} verifies token by token (no block verification): --verification block does "
+    if opts.verify == "block" and not tv["block_verification"]:
+        notes.append(f"{tv.label} verifies token by token (no block verification): --verify block does "
                      "not apply to llm_api.yaml")
     cg = CudaGraphConfig(batch_sizes=graph_batch_sizes(opts.max_batch_size, plan.draft_len_schedule),
                          max_batch_size=opts.max_batch_size, enable_padding=True)
@@ -238,7 +238,7 @@ def _dense(sched: dict[int, int]) -> dict[int, int]:
 
 
 def _vllm_verification(opts: Any, vv: EngineVersion, method: str, spec: dict, meaning: list, notes: list) -> None:
-    if opts.verification != "block":
+    if opts.verify != "block":
         meaning.append("verification: per-token rejection sampling (rejection_sample_method left at its default)")
         return
     if "block" not in vv["rejection_sample_methods"]:
@@ -272,8 +272,8 @@ def sglang_part(recipe: Any, opts: Any, sv: EngineVersion) -> tuple[Optional[Sgl
         speculative_draft_model_path=DRAFT_DIR if algo in ("EAGLE3", "STANDALONE") else None)
     meaning = [sv.summary, f"one shape at every batch size: {args.speculative_num_steps} steps, top-k "
                f"{args.speculative_eagle_topk}, {args.speculative_num_draft_tokens} tokens verified per step"]
-    notes = [f"{sv.label} verifies token by token: --verification block does not apply to sglang.args"] \
-        if opts.verification == "block" and not sv["block_verification"] else []
+    notes = [f"{sv.label} verifies token by token: --verify block does not apply to sglang.args"] \
+        if opts.verify == "block" and not sv["block_verification"] else []
     return args, meaning, notes
 
 
@@ -340,7 +340,7 @@ def readme(opts: Any, written: dict[str, Any], recipe: Any, extra: list[str]) ->
     lines = ["# trtspec bundle", "",
              f"Target quantization `{opts.quant}`, KV cache `{opts.kv_cache_quant}`, drafter `{opts.drafter}`"
              f" (TensorRT-LLM `decoding_type: {spec.decoding_type}`), planned for {opts.gpu} x{opts.tp}, "
-             f"verification `{opts.verification}`.", "",
+             f"verification `{opts.verify}`.", "",
              "Run every command from this directory (paths in the configs are relative to it).", "",
              f"## TensorRT-LLM ({tv.label}, llm_args.py at {tv.short_commit})", "```bash",
              "trtllm-serve ./target --config llm_api.yaml", "```",

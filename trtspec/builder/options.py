@@ -15,9 +15,13 @@ DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
 QUANTS = ("none", "fp8", "nvfp4", "w4a16_nvfp4", "int4_awq", "w4a8_awq", "int8_sq")
 KV_QUANTS = ("none", "fp8")
 BACKENDS = ("trtllm", "tensorrt")
-#: how the target verifies a draft: per-token rejection sampling, or block verification (Sun et al.).
-VERIFICATIONS = ("token", "block")
-#: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.export.QUANT_FORMATS).
+#: drafters whose step graphs --backend tensorrt exports (trtspec.onnx.export.DRAFTERS).
+TENSORRT_DRAFTERS = ("draft_model", "eagle3")
+#: how the target verifies a draft: the verification node of the --backend tensorrt target graph
+#: (trtspec.onnx.tiers.VERIFY_NODES), and for the serving engines' configs block verification (Sun et al.) or
+#: their per-token rejection sampler (greedy and sample: requests pick greedy or sampled decoding at run time).
+VERIFY_METHODS = ("greedy", "sample", "block")
+#: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.qdq.QUANT_FORMATS).
 TENSORRT_QUANTS = {"none": "none", "fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4_awq"}
 #: drafters whose draft is a separate checkpoint (``--draft`` required).
 DRAFTERS_WITH_DRAFT = ("draft_model", "eagle3", "dflash", "dspark")
@@ -69,9 +73,6 @@ class BuildOptions(BaseModel):
                                                             "(facts in trtspec/builder/engines/).")
     vllm_version: Literal[tuple(VLLM_VERSIONS)] = Field(default=DEFAULT_VLLM_VERSION,
                                                         description="vLLM version vllm.yaml targets.")
-    verification: Literal[VERIFICATIONS] = Field(default="token", description="token: per-token rejection "
-                                                 "sampling; block: block verification where the engine has it "
-                                                 "(vLLM rejection_sample_method block; n-gram falls back to token).")
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Where calibration runs.")
     out: Path = Field(default=Path("trtspec-out/demo"), description="Bundle directory (written atomically).")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Cache of quantized checkpoints.")
@@ -80,6 +81,13 @@ class BuildOptions(BaseModel):
     backend: Literal[BACKENDS] = Field(default="trtllm", description="trtllm: TensorRT-LLM bundle; tensorrt: "
                                        "also ONNX step graphs with trtspec plugin nodes and TensorRT engines (or "
                                        "a trtexec script where TensorRT is missing).")
+    verify: Literal[VERIFY_METHODS] = Field(default="greedy", description="How the target verifies drafts. "
+                                            "--backend tensorrt: the target graph ends in TrtSpecVerifyGreedy (greedy), "
+                                            "TrtSpecVerifySample (sample: lossless rejection sampling, trees) or "
+                                            "TrtSpecVerifyBlock (block: chains). Serving engines' configs: block "
+                                            "writes block verification where the engine version has it (vLLM "
+                                            "rejection_sample_method: block; n-gram falls back to per-token); greedy "
+                                            "and sample keep the engine's per-token rejection sampler.")
 
     @model_validator(mode="after")
     def _check(self):
@@ -90,8 +98,12 @@ class BuildOptions(BaseModel):
         if self.draft_quant != "none" and self.drafter != "draft_model":
             raise ValueError(f"--draft-quant applies to --drafter draft_model only; the {self.drafter} draft is "
                              "bundled as exported by Model-Optimizer's speculative export")
-        if self.backend == "tensorrt" and self.drafter != "draft_model":
-            raise ValueError(f"--backend tensorrt exports draft_model chains; got --drafter {self.drafter}")
+        if self.backend == "tensorrt" and self.drafter not in TENSORRT_DRAFTERS:
+            raise ValueError(f"--backend tensorrt exports step graphs for --drafter {' or '.join(TENSORRT_DRAFTERS)}; "
+                             f"got --drafter {self.drafter}")
+        if self.backend == "tensorrt" and self.drafter == "eagle3" and self.verify != "greedy":
+            raise ValueError(f"--backend tensorrt exports EAGLE-3 step graphs with --verify greedy; got --verify "
+                             f"{self.verify} (use --drafter draft_model for sampled or block graphs)")
         if self.backend == "tensorrt" and self.quant not in TENSORRT_QUANTS:
             raise ValueError(f"--backend tensorrt supports --quant {', '.join(TENSORRT_QUANTS)}; got {self.quant}")
         if self.acceptance == "measure" and self.recipe != "auto":

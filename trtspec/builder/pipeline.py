@@ -235,6 +235,10 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                                  f"acceptance (max_draft_len {recipe.max_draft_len}); nothing to deploy with "
                                  f"--drafter {opts.drafter}")
             state["configs"] = emit.plan_configs(recipe, opts, vi.drafter_facts)  # refuses before any quantization
+            if opts.backend == "tensorrt":   # the engine tiers' trees against the plugins' limits, before quantizing
+                from trtspec.onnx.tiers import tiers_from_recipe
+
+                state["tiers"] = tiers_from_recipe(recipe, opts.max_batch_size, opts.verify)
             planned = PLANNER_QUANT.get(opts.quant)
             return _describe_recipe(recipe) + (f" (planned with {planned} costs: same bytes per weight and "
                                                f"activation as {opts.quant})" if planned else "")
@@ -353,17 +357,19 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                 def s_tensorrt(adv):
                     from trtspec.onnx.tensorrt import write_tensorrt_backend
 
-                    said = []
-                    cfg = write_tensorrt_backend(vi.target.path, vi.draft.path, tmp / "tensorrt",
-                                                 max_nodes=int(recipe.max_draft_len) + 1,
-                                                 quant=TENSORRT_QUANTS[opts.quant], max_batch=opts.max_batch_size,
-                                                 max_seq_len=opts.max_seq_len, log=said.append)
+                    said, tiers, quant = [], state["tiers"], TENSORRT_QUANTS[opts.quant]
+                    calib = None if quant == "none" else calib_mod.encode_batches(   # the bundle's calibration texts
+                        calib_mod.load_texts(opts.calib), vi.target.path, opts.calib_samples, opts.calib_seq_len, opts.seed)
+                    cfg = write_tensorrt_backend(vi.target.path, vi.draft.path, tmp / "tensorrt", tiers=tiers,
+                                                 verify=opts.verify, drafter=opts.drafter, quant=quant,
+                                                 max_seq_len=opts.max_seq_len, calib=calib, log=said.append)
                     with open(tmp / "README.md", "a") as f:
                         f.write("- `tensorrt/`: ONNX step graphs with trtspec plugin nodes"
                                 + (", TensorRT engines" if cfg["engines_built"] else
                                    "; build the engines with `tensorrt/build_engines.sh` (needs TensorRT and a GPU)")
                                 + "\n")
-                    return f"tensorrt/ chain of {cfg['max_nodes'] - 1}: " + " ".join(said)
+                    shape = ", ".join(f"batch {t.lo}-{t.hi}: {t.num_nodes} nodes" for t in tiers)
+                    return f"tensorrt/ {opts.verify} verification, {len(tiers)} profiles ({shape}): " + " ".join(said)
 
                 st.run("tensorrt", s_tensorrt)
 

@@ -35,6 +35,7 @@ def _csv(values) -> str:
 @click.option("--verify", type=click.Choice(["greedy", "sample", "block"]), **_b("verify"))
 @click.option("--device", **_b("device"))
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), **_b("dtype"))
+@click.option("--unquantized-target", **_b("unquantized_target"))
 @click.option("--server", default=None, help="Base URL of an OpenAI-compatible server (http://host:port) instead of "
               "the local runtime; acceptance comes from its Prometheus /metrics.")
 @click.option("--model", "server_model", default=None, help="Model name sent to --server (or the Triton model name).")
@@ -75,13 +76,18 @@ def _csv(values) -> str:
 @click.option("--gpu", default="h200", show_default=True,
               help="Sweep mode: GPU name passed to the planner (the calibration replaces its step times).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
-def bench(target, draft, drafter, draft_len, verify, device, dtype, server, server_model, metrics_url, engine, triton,
+def bench(target, draft, drafter, draft_len, verify, device, dtype, unquantized_target, server, server_model,
+          metrics_url, engine, triton,
           tokenizer, dataset, dataset_config, categories, limit_per_category, code_prompts, max_new_tokens, temperature, top_k,
           top_p, seed, concurrency, single_turn, ci, out, no_plots, sweep_draft_len, sweep_batch, rounds, repeats,
           clock, calibration, gpu, as_json):
     """Measure acceptance length (bonus included) per category with confidence intervals, per-position
     acceptance a_k, joint acceptance, AL histogram and tokens/s; write acceptance.json (for
-    `trtspec plan --acceptance`), bench.json, report.md and PNG plots into --out."""
+    `trtspec plan --acceptance`), bench.json, report.md and PNG plots into --out.
+
+    A quantized --target (e.g. a `trtspec build` bundle: FP8 by default) is benched side by side
+    with its unquantized source on the same prompts and draft (see --unquantized-target): the
+    report adds AL per category of both and their difference with a paired bootstrap interval."""
     from rich.console import Console
     from rich.progress import Progress
 
@@ -96,7 +102,8 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
     try:
         cfg = BenchConfig(dataset=dataset, config=dataset_config, limit_per_category=limit_per_category,
                           code_prompts=code_prompts, drafter=drafter, draft_len=draft_len, verify=verify,
-                          device=device, dtype=dtype, engine=engine, ci=ci, out=str(out))
+                          device=device, dtype=dtype, unquantized_target=unquantized_target, engine=engine, ci=ci,
+                          out=str(out))
         run_cfg = RunConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                             seed=seed, concurrency=concurrency, multiturn=not single_turn)
         prompts = load_prompts(cfg.dataset, config=cfg.config, categories=list(categories) or None,
@@ -126,6 +133,7 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
 
     if cfg.draft_len < 1:
         raise click.UsageError("--draft-len must be >= 1 to measure acceptance")
+    baseline, baseline_why = _baseline(local, target, cfg)
     from trtspec.bench.datasets import load_chat_template
     from trtspec.bench.runners import LocalRunner, OpenAIRunner, TritonRunner, build_run_profile
 
@@ -149,6 +157,7 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
                                       device=cfg.device, dtype=cfg.dtype)
         except (ValueError, FileNotFoundError) as e:
             raise click.UsageError(str(e)) from None
+    base_runner = _load_baseline(target, draft, baseline, cfg) if baseline is not None else None
     turns = sum(len(p.turns) if run_cfg.multiturn else 1 for p in prompts)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"bench ({len(prompts)} prompts)", total=len(prompts) if not local else turns)
@@ -159,9 +168,15 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
             "draft": str(draft), "drafter": cfg.drafter, "draft_len": cfg.draft_len, "dataset": cfg.dataset,
             "config": cfg.config, "prompts": len(prompts), "max_new_tokens": run_cfg.max_new_tokens,
             "temperature": run_cfg.temperature, "concurrency": run_cfg.concurrency, "ci": cfg.ci}
-    paths = report.write_outputs(out, profile, tput, meta, plots=not no_plots)
+    comparison = None
+    if local:
+        meta["target_quant"] = runner.pipeline.target.quant.to_dict() if runner.pipeline.target.quant else None
+        meta["unquantized_target"] = str(baseline) if baseline else f"none: {baseline_why}"
+        if base_runner is not None:
+            comparison = _compare_unquantized(console, target, base_runner, prompts, cfg, run_cfg, run, profile, seed)
+    paths = report.write_outputs(out, profile, tput, meta, plots=not no_plots, comparison=comparison)
     if as_json:
-        click.echo(json.dumps({**report.result_dict(profile, tput, meta),
+        click.echo(json.dumps({**report.result_dict(profile, tput, meta, comparison),
                                "files": {k: str(v) for k, v in paths.items()}}, indent=2))
         return
     o = profile.overall
@@ -172,7 +187,60 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, server, serv
         console.print(f"  {c:<14} AL {s.mean_al:.3f}  ({s.num_requests} requests)")
     if tput:
         console.print(f"{tput.tokens_per_s:.1f} tokens/s, {tput.per_user_tokens_per_s:.1f} per user")
+    if comparison is not None:
+        console.print(report.verdict(comparison))
+        for c, r in comparison["per_category"].items():
+            d = r["delta_ci"]
+            console.print(f"  {c:<14} AL {r['quantized']['mean_al']:.3f} quantized vs {r['unquantized']['mean_al']:.3f}"
+                          f"  (delta {r['delta']:+.3f}" + (f", CI [{d[0]:+.3f}, {d[1]:+.3f}])" if d else ")"))
     console.print(f"[green]wrote[/] {paths['acceptance']}, {paths['report']}")
+
+
+def _baseline(local, target, cfg):
+    """(unquantized checkpoint to compare with, why) -- resolved before any model loads."""
+    from trtspec.bench.runners import unquantized_baseline
+
+    if not local:
+        if cfg.unquantized_target not in ("auto", "none"):
+            raise click.UsageError("--unquantized-target compares local-runtime runs; drop --server/--triton")
+        return None, "server runs are not compared"
+    try:
+        return unquantized_baseline(target, cfg.unquantized_target)
+    except (ValueError, FileNotFoundError) as e:   # ModelFormatError is a ValueError
+        raise click.UsageError(str(e)) from None
+
+
+def _load_baseline(target, draft, baseline, cfg):
+    """A LocalRunner on the unquantized ``baseline`` with the quantized run's draft and drafter
+    (loaded before either run, so that a bad pair fails before the work)."""
+    from trtspec.bench.runners import LocalRunner, resolve_pair
+
+    _, bundle_draft, bundle_drafter = resolve_pair(target)
+    try:
+        return LocalRunner.load(baseline, draft if draft is not None else bundle_draft,
+                                drafter=bundle_drafter or cfg.drafter, draft_len=cfg.draft_len, verify=cfg.verify,
+                                device=cfg.device, dtype=cfg.dtype)
+    except (ValueError, FileNotFoundError) as e:
+        raise click.UsageError(f"--unquantized-target {baseline}: {e}") from None
+
+
+def _compare_unquantized(console, target, base_runner, prompts, cfg, run_cfg, run, profile, seed):
+    """Run the same prompts on the unquantized target; the comparison table."""
+    from rich.progress import Progress
+
+    from trtspec.bench import report
+    from trtspec.bench.runners import build_run_profile, checkpoint_quant, resolve_pair
+
+    target_dir = resolve_pair(target)[0]
+    turns = sum(len(p.turns) if run_cfg.multiturn else 1 for p in prompts)
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"unquantized target ({len(prompts)} prompts)", total=turns)
+        base_run = base_runner.run(prompts, run_cfg, progress=lambda n: bar.advance(task, n))
+    base_profile = build_run_profile(base_run, drafter=cfg.drafter, draft_len=cfg.draft_len, ci_method=cfg.ci,
+                                     seed=seed)
+    return report.compare_targets(profile, run.records, base_profile, base_run.records, quant_name=str(target_dir),
+                                  base_name=str(base_runner.pipeline.target_dir),
+                                  quant_format=checkpoint_quant(target_dir) or "quantized", seed=seed)
 
 
 def _sweep(console, target, draft, prompts, cfg, sweep_draft_len, sweep_batch, rounds, repeats, max_new_tokens,

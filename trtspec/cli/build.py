@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from trtspec.builder.options import BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, VERIFICATIONS, BuildOptions, help_of
+from trtspec.builder.options import (BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, VERIFY_METHODS, BuildOptions,
+                                     help_of)
 from trtspec.builder.trtllm_config import TRTLLM_VERSIONS
 from trtspec.builder.vllm_config import VLLM_VERSIONS
 
@@ -42,20 +43,19 @@ def _default(name):
               help=help_of("trtllm_version"))
 @click.option("--vllm-version", type=click.Choice(VLLM_VERSIONS), default=_default("vllm_version"),
               help=help_of("vllm_version"))
-@click.option("--verification", type=click.Choice(VERIFICATIONS), default=_default("verification"),
-              help=help_of("verification"))
 @click.option("--backend", type=click.Choice(BACKENDS), default=_default("backend"), help=help_of("backend"))
+@click.option("--verify", type=click.Choice(VERIFY_METHODS), default=_default("verify"), help=help_of("verify"))
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=_default("device"), help=help_of("device"))
 @click.option("--out", type=click.Path(path_type=Path), default=_default("out"), help=help_of("out"))
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=help_of("cache_dir"))
 @click.option("--no-cache", is_flag=True, help="Neither reuse nor fill the quantized-checkpoint cache.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (stages, recipe, outputs) and stop.")
-@click.option("--verify", is_flag=True, help="Load the bundle with tensorrt_llm.LLM and generate a few tokens "
+@click.option("--smoke-test", is_flag=True, help="Load the bundle with tensorrt_llm.LLM and generate a few tokens "
               "(needs TensorRT-LLM and a GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (plan or manifest) as JSON on stdout.")
 def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, calib_samples, calib_seq_len, gpu, tp,
           max_batch_size, max_seq_len, recipe, acceptance, measure_prompts, measure_new_tokens, trtllm_version,
-          vllm_version, verification, backend, device, out, cache_dir, no_cache, dry_run, verify, as_json):
+          vllm_version, backend, verify, device, out, cache_dir, no_cache, dry_run, smoke_test, as_json):
     """Validate the pair, resolve the recipe, quantize with Model-Optimizer, export unified HF
     checkpoints and write llm_api.yaml / vllm.yaml / sglang.args / recipe.yaml / manifest.json /
     README.md into --out, atomically. With no arguments: the demo pair for an H200."""
@@ -72,7 +72,7 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
                   calib_seq_len=calib_seq_len, gpu=gpu, tp=tp, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
                   recipe=recipe, acceptance=acceptance, measure_prompts=measure_prompts,
                   measure_new_tokens=measure_new_tokens, trtllm_version=trtllm_version, vllm_version=vllm_version,
-                  verification=verification, backend=backend, device=device,
+                  backend=backend, verify=verify, device=device,
                   out=out,
                   use_cache=not no_cache)
     if cache_dir is not None:
@@ -98,7 +98,7 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
         else:
             _print_plan(console, result.plan)
         return
-    if verify:
+    if smoke_test:
         console.print(verify_bundle(result.out), highlight=False)
     if as_json:
         click.echo(json.dumps(result.manifest, indent=2))

@@ -1,70 +1,35 @@
-"""Greedy speculative generation over the exported ONNX graphs (onnxruntime, CPU).
+"""Speculative generation over the exported ONNX graphs (onnxruntime, CPU).
 
-The host owns both KV caches, as a TensorRT runtime would. Per step, for every request::
+The host owns every KV cache, as a TensorRT runtime would. Per step, for the B running requests::
 
-    drafts x_1..x_D  <- D greedy draft steps (DraftStep graph) after feeding the draft what it
-                        has not seen yet (the committed tokens past its cache, ending with the root)
+    D                <- the draft length of the batch's tier (draft_len, or draft_len_schedule[B])
+    drafts x_1..x_D  <- the drafter's step graph (loop_drafters): a draft model or an EAGLE-3 head
     verdict          <- TargetVerifyStep over [root, x_1..x_D] for all requests at once
-    commit           the accepted path's K/V at cache_len .. cache_len + a (accepted_kv_indices),
-                     the accepted tokens and the bonus token, which becomes the next root
+    commit           the accepted path's K/V at cache_len .. cache_len + a, the accepted tokens and
+                     the bonus token, which becomes the next root; the drafter's new entries
 
-The output is token for token the target's greedy decoding (the check is against the torch
-runtime in the tests).
+With greedy graphs the output is token for token the target's greedy decoding; with sample /
+block graphs (:mod:`trtspec.onnx.loop_sampled`) it is what the torch runtime samples for the same
+seed (the tests check both against the runtime).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from trtspec.onnx.loop_drafters import DraftModelSide, Eagle3Side, KVRows, OnnxRunError, batch_kv
 from trtspec.onnx.ort_ops import session
 
-
-class OnnxRunError(RuntimeError):
-    """A plugin node reported an invalid request, or the graphs do not fit the inputs."""
+__all__ = ["OnnxRunError", "OnnxSpecDecoder", "OnnxStats", "check_verdict"]
 
 
 def check_verdict(accepted_len: np.ndarray, bonus: np.ndarray) -> None:
-    """Raise if TrtSpecVerifyGreedy marked a request invalid (bonus -1, see ort_ops)."""
+    """Raise if the verification node marked a request invalid (bonus -1, see ort_ops)."""
     bad = np.nonzero(bonus < 0)[0]
     if bad.size:
-        raise OnnxRunError(f"TrtSpecVerifyGreedy rejected request(s) {bad.tolist()}: invalid tree or token ids")
-
-
-@dataclass
-class _Cache:
-    """One request's K/V for one model: ``k, v`` float32 ``[L, Hkv, capacity, d]``; ``length`` slots valid."""
-
-    k: np.ndarray
-    v: np.ndarray
-    length: int = 0
-
-    @classmethod
-    def empty(cls, layers: int, heads: int, capacity: int, dim: int) -> "_Cache":
-        z = np.zeros((layers, heads, capacity, dim), dtype=np.float32)
-        return cls(z, z.copy())
-
-    def append(self, new_k: np.ndarray, new_v: np.ndarray, rows=None) -> None:
-        """Append new K/V ``[L, Hkv, T, d]`` (or the chosen ``rows`` of T) at ``length``."""
-        if rows is not None:
-            new_k, new_v = new_k[:, :, rows], new_v[:, :, rows]
-        t = new_k.shape[2]
-        if self.length + t > self.k.shape[2]:
-            raise OnnxRunError(f"KV capacity {self.k.shape[2]} exceeded")
-        self.k[:, :, self.length:self.length + t] = new_k
-        self.v[:, :, self.length:self.length + t] = new_v
-        self.length += t
-
-
-def _batch(caches: list[_Cache]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """past_k, past_v ``[L, B, Hkv, P, d]`` padded to the longest cache (slots past a request's length
-    are masked by the graphs), and cache_lens int64 ``[B]``."""
-    P = max(1, max(c.length for c in caches))   # at least one (masked) slot: engines' profiles start at 1
-    k = np.stack([c.k[:, :, :P] for c in caches], axis=1)
-    v = np.stack([c.v[:, :, :P] for c in caches], axis=1)
-    return k, v, np.array([c.length for c in caches], dtype=np.int64)
+        raise OnnxRunError(f"the verification node rejected request(s) {bad.tolist()}: invalid tree or token ids")
 
 
 @dataclass
@@ -80,76 +45,111 @@ class OnnxStats:
         return 1.0 + float(np.mean(self.accepted)) if self.accepted else 0.0
 
 
+def _chain(n: int, rows: int) -> np.ndarray:
+    return np.tile(np.array([-1] + list(range(n - 1)), dtype=np.int32), (rows, 1))
+
+
 class OnnxSpecDecoder:
-    """Greedy chain speculation with ``D = max_nodes - 1`` over a directory written by
-    :func:`trtspec.onnx.export.export_step_graphs`."""
+    """Greedy chain speculation over a directory written by :func:`trtspec.onnx.export.export_step_graphs`.
 
-    def __init__(self, onnx_dir: str | Path, threads: int = 0):
+    ``draft_len``: D per step (default: the exported ``max_nodes - 1``); ``draft_len_schedule``:
+    batch bound -> D with TensorRT-LLM semantics (as :class:`trtspec.runtime.params.SpecConfig`).
+    """
+
+    def __init__(self, onnx_dir: str | Path, *, draft_len: int | None = None,
+                 draft_len_schedule: dict[int, int] | None = None, threads: int = 0):
+        from trtspec.onnx.export import ExportSpec
+        from trtspec.runtime.params import SpecConfig
+
         onnx_dir = Path(onnx_dir)
-        self.spec = json.loads((onnx_dir / "onnx_spec.json").read_text())
+        self.spec = ExportSpec.load(onnx_dir)
+        D = self.spec.max_nodes - 1 if draft_len is None else draft_len
+        try:
+            self.sched = SpecConfig(draft_len=D, draft_len_schedule=draft_len_schedule, max_draft_len=4095)
+        except ValueError as e:
+            raise OnnxRunError(str(e)) from None
+        if self.sched.max_depth + 1 > self.spec.max_nodes:
+            raise OnnxRunError(f"draft length {self.sched.max_depth} needs {self.sched.max_depth + 1} nodes; the graphs "
+                               f"were exported for at most max_nodes={self.spec.max_nodes}")
         self.target = session(onnx_dir / "target_verify.onnx", threads)
-        self.draft = session(onnx_dir / "draft_step.onnx", threads)
-        self.D = self.spec["max_nodes"] - 1
-        if self.spec["max_depth"] != self.D:
-            raise OnnxRunError("this loop drafts chains; export with max_depth = max_nodes - 1")
+        self.draft = session(onnx_dir / self.spec.draft_graph, threads)
+        self.eagle3 = self.spec.drafter == "eagle3"
 
-    def _draft_step(self, cache: _Cache, tokens: list[int]) -> int:
-        k, v, lens = _batch([cache])
-        logits, nk, nv = self.draft.run(None, {"tokens": np.array([tokens], dtype=np.int64), "cache_lens": lens,
-                                               "past_k": k, "past_v": v})
-        cache.append(nk[:, 0], nv[:, 0])
-        return int(np.argmax(logits[0]))
+    def _target(self, tokens: np.ndarray, parents: np.ndarray, caches: list[KVRows]) -> dict:
+        k, v, lens = batch_kv(caches)
+        out = self.target.run(None, {"tokens": tokens, "parents": parents, "cache_lens": lens, "past_k": k, "past_v": v})
+        names = ["accepted_len", "accepted_nodes", "bonus_token", "new_k", "new_v", "aux_hidden"]
+        return dict(zip(names, out))
 
-    def _prefill_target(self, cache: _Cache, tokens: list[int]) -> None:
-        """Run the prompt (without its last token) through the target as chains of N, keeping all K/V."""
-        N = self.D + 1
-        chain = np.array([[-1] + list(range(N - 1))], dtype=np.int32)
-        for start in range(0, len(tokens), N):
-            chunk = tokens[start:start + N]
-            padded = np.array([chunk + [0] * (N - len(chunk))], dtype=np.int64)   # padding sees nothing real after it
-            k, v, lens = _batch([cache])
-            out = self.target.run(None, {"tokens": padded, "parents": chain, "cache_lens": lens, "past_k": k, "past_v": v})
-            cache.append(out[3][:, 0], out[4][:, 0], rows=list(range(len(chunk))))
+    def _prefill(self, cache: KVRows, tokens: list[int]) -> np.ndarray | None:
+        """Run ``tokens`` through the target as chains of at most ``max_nodes``, keeping all K/V;
+        returns the captured layers ``[len(tokens), k*E]`` (EAGLE-3) or None."""
+        aux = []
+        for start in range(0, len(tokens), self.spec.max_nodes):
+            chunk = tokens[start:start + self.spec.max_nodes]
+            out = self._target(np.array([chunk], dtype=np.int64), _chain(len(chunk), 1), [cache])
+            cache.append(out["new_k"][:, 0], out["new_v"][:, 0])
+            if self.eagle3:
+                aux.append(out["aux_hidden"][0])
+        return np.concatenate(aux) if aux else None
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, eos_ids=()) -> tuple[list[list[int]], OnnxStats]:
-        """Greedy generation for a batch of token-id prompts; returns the new ids and the stats."""
+    @staticmethod
+    def new_stats() -> OnnxStats:
+        return OnnxStats()
+
+    @staticmethod
+    def check(accepted_len, bonus) -> None:
+        check_verdict(accepted_len, bonus)
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, eos_ids=(), *, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> tuple[list[list[int]], OnnxStats]:
+        """Generate for a batch of token-id prompts; returns the new ids and the stats.
+
+        Greedy graphs decode greedily (``temperature`` must be 0); sample / block graphs sample with
+        ``temperature`` / ``top_k`` / ``top_p`` (applied in the graphs) and request i's random stream
+        derived from ``seed`` and i, as ``Pipeline.generate_ids(..., seed=seed)`` of the torch runtime.
+        """
+        from trtspec.onnx.loop_sampled import SampledLoop, check_transform
+
+        V = self.spec.vocab_size
         if not prompts or any(len(p) < 1 for p in prompts):
             raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
+        if any(not 0 <= t < V for p in prompts for t in p):
+            raise ValueError(f"prompt token ids must be in 0..{V - 1} (the target's vocab_size)")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        s, N = self.spec, self.D + 1
-        cap = max(len(p) for p in prompts) + max_new_tokens + 2 * N
+        if self.spec.verify != "greedy":
+            check_transform(self.spec, temperature, top_k, top_p)
+            return SampledLoop(self).run(prompts, max_new_tokens, tuple(eos_ids), (temperature, top_k, top_p), seed)
+        if temperature != 0 or top_k or top_p != 1.0:
+            raise OnnxRunError(f"these graphs verify greedily (verify='greedy'); temperature={temperature}, "
+                               f"top_k={top_k}, top_p={top_p} need graphs exported with verify='sample' or 'block'")
+        s = self.spec
+        cap = max(len(p) for p in prompts) + max_new_tokens + 2 * s.max_nodes
+        side = (Eagle3Side if self.eagle3 else DraftModelSide)(self.draft, s, cap)
         seqs = [list(p) for p in prompts]
-        tcache = [_Cache.empty(s["num_layers"], s["kv_heads"], cap, s["head_dim"]) for _ in prompts]
-        dcache = [_Cache.empty(s["draft_num_layers"], s["draft_kv_heads"], cap, s["draft_head_dim"]) for _ in prompts]
-        for seq, tc in zip(seqs, tcache):
-            if len(seq) > 1:
-                self._prefill_target(tc, seq[:-1])
+        tcache = [KVRows.empty(s.num_layers, s.kv_heads, cap, s.head_dim) for _ in prompts]
+        for r, seq in enumerate(seqs):
+            aux = self._prefill(tcache[r], seq[:-1]) if len(seq) > 1 else None
+            side.admit(r, seq, aux)
         out: list[list[int]] = [[] for _ in prompts]
-        active = list(range(len(prompts)))
-        stats = OnnxStats()
+        active, stats = list(range(len(prompts))), OnnxStats()
         while active:
-            drafts = []
-            for r in active:   # the draft sees every committed token except those already cached
-                x = self._draft_step(dcache[r], seqs[r][dcache[r].length:])
-                chain = [x]
-                for _ in range(self.D - 1):
-                    chain.append(self._draft_step(dcache[r], [chain[-1]]))
-                drafts.append(chain)
-            k, v, lens = _batch([tcache[r] for r in active])
+            D = self.sched.depth_for_batch(len(active))
+            # greedy verification emits the target's argmax whatever was drafted, so a request that
+            # cannot draft yet (an EAGLE-3 head with no entry) fills its chain with its root
+            drafts = [side.propose(r, seqs[r], D) if D and side.can_draft(r) else [seqs[r][-1]] * D for r in active]
             tokens = np.array([[seqs[r][-1]] + d for r, d in zip(active, drafts)], dtype=np.int64)
-            parents = np.tile(np.array([-1] + list(range(N - 1)), dtype=np.int32), (len(active), 1))
-            acc_len, acc_nodes, bonus, nk, nv = self.target.run(
-                None, {"tokens": tokens, "parents": parents, "cache_lens": lens, "past_k": k, "past_v": v})
-            check_verdict(acc_len, bonus)
+            res = self._target(tokens, _chain(D + 1, len(active)), [tcache[r] for r in active])
+            check_verdict(res["accepted_len"], res["bonus_token"])
             stats.steps += 1
             still = []
             for j, r in enumerate(active):
-                a = int(acc_len[j])
+                a, path = int(res["accepted_len"][j]), res["accepted_nodes"][j, :int(res["accepted_len"][j]) + 1]
                 stats.accepted.append(a)
-                tcache[r].append(nk[:, j], nv[:, j], rows=acc_nodes[j, :a + 1].tolist())   # root + accepted path
-                dcache[r].length = min(dcache[r].length, tcache[r].length)   # drop K/V of rejected drafts
-                new = [int(t) for t in tokens[j, acc_nodes[j, 1:a + 1]]] + [int(bonus[j])]
+                tcache[r].append(res["new_k"][:, j], res["new_v"][:, j], rows=path.tolist())   # root + accepted path
+                new = [int(t) for t in tokens[j, path[1:]]] + [int(res["bonus_token"][j])]
+                side.commit(r, tcache[r].length, res["aux_hidden"][j, path] if self.eagle3 else None, new)
                 for t in new:
                     if len(out[r]) < max_new_tokens:
                         out[r].append(t)
@@ -158,5 +158,7 @@ class OnnxSpecDecoder:
                         break
                 if len(out[r]) < max_new_tokens and out[r][-1] not in eos_ids:
                     still.append(r)
+                else:
+                    side.release(r)
             active = still
         return out, stats

@@ -148,7 +148,7 @@ def _check_same_tokenizer(target_tok: Tokenizer, draft_dir: Path) -> None:
 def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len: int = 4,
                   tree: TreeShape | str | None = None, verify: str = "greedy",
                   draft_len_schedule: dict[int, int] | None = None, device: str = "cpu",
-                  dtype: torch.dtype = torch.float32, **spec_kw) -> Pipeline:
+                  dtype: torch.dtype = torch.float32, quant_activations: bool = True, **spec_kw) -> Pipeline:
     """Load a target (and a drafter) from Hugging Face directories; every check runs before any weight loads.
 
     Args:
@@ -158,6 +158,10 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
         drafter: draft_model | ngram | eagle3.  tree: ``TreeShape`` or ``"topk=K,depth=L"``.
         draft_len, verify, draft_len_schedule, **spec_kw: see :class:`SpecConfig`.
         device, dtype: where and in what precision the models run.
+        quant_activations: for a quantized (NVIDIA Model-Optimizer) target or draft, also simulate its
+            activation and FP8 KV-cache quantizers (default); False dequantizes the weights only.
+            ``pipeline.target.quant`` (a :class:`~trtspec.runtime.quant.QuantInfo`, None when
+            unquantized) says what was loaded.
     """
     from trtspec.runtime.config import read_eagle3_config, read_model_config
     from trtspec.runtime.models import load_eagle3, load_model
@@ -195,7 +199,7 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
             raise ModelFormatError(f"{draft}: eagle_aux_hidden_state_layer_ids {bad} outside the target's layers "
                                    f"0..{tcfg.num_hidden_layers - 1}")
 
-    model = load_model(target_dir, device=device, dtype=dtype)
+    model = load_model(target_dir, device=device, dtype=dtype, quant_activations=quant_activations)
     if drafter == "ngram":
         from trtspec.runtime.drafters.ngram import NgramDrafter
 
@@ -205,7 +209,7 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
     elif drafter == "draft_model":
         from trtspec.runtime.drafters.draft_model import DraftModelDrafter
 
-        d = DraftModelDrafter(load_model(draft, device=device, dtype=dtype))
+        d = DraftModelDrafter(load_model(draft, device=device, dtype=dtype, quant_activations=quant_activations))
     else:
         from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
 

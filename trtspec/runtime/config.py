@@ -243,3 +243,113 @@ def read_eagle3_config(model_dir: str | Path) -> Eagle3Config:
     ids = tuple(int(i) for i in eagle.get("eagle_aux_hidden_state_layer_ids") or ())
     return Eagle3Config(layer=layer, aux_layer_ids=ids,
                         draft_vocab_size=int(cfg.get("draft_vocab_size") or layer.vocab_size))
+
+
+# -- quantized checkpoints (NVIDIA Model-Optimizer unified Hugging Face export) ---------------------
+
+#: ``quant_algo`` values the runtime dequantizes (see :mod:`trtspec.runtime.quant` for each layout).
+SUPPORTED_QUANT_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "W4A16_AWQ", "W4A8_AWQ",
+                         "W8A8_SQ_PER_CHANNEL", "W8A16", "NVFP4", "W4A16_NVFP4")
+SUPPORTED_KV_CACHE_ALGOS = ("FP8",)
+
+
+@dataclass(frozen=True)
+class LayerQuant:
+    """The format of one quantized linear layer: ``algo`` (a ``quant_algo`` name) and, for the
+    group-wise formats, ``group_size`` (elements of the input dimension sharing one scale)."""
+
+    algo: str | None
+    group_size: int | None = None
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """``quantization`` of a Model-Optimizer export (``hf_quant_config.json``, else ``config.json``'s
+    ``quantization_config``).
+
+    ``algo``: the checkpoint's ``quant_algo`` (None when only the KV cache is quantized;
+    ``MIXED_PRECISION`` when layers differ, each then in
+    ``layers``); ``kv_cache_algo``: ``FP8`` or None; ``exclude``: module-name patterns left
+    unquantized; ``producer``: e.g. ``modelopt 0.47.0``; ``source``: the file read.
+    """
+
+    algo: str | None
+    kv_cache_algo: str | None = None
+    group_size: int | None = None
+    exclude: tuple[str, ...] = ()
+    layers: tuple[tuple[str, LayerQuant], ...] = ()
+    producer: str = "modelopt"
+    source: str = ""
+
+    def __post_init__(self):
+        algos = [q.algo for _, q in self.layers] if self.algo == "MIXED_PRECISION" else [self.algo]
+        bad = sorted({a for a in algos if a is not None and a not in SUPPORTED_QUANT_ALGOS})
+        if bad:
+            raise ModelFormatError(f"{self.source}: quant_algo {', '.join(bad)} is not supported by the trtspec "
+                                   f"runtime; supported: {', '.join(SUPPORTED_QUANT_ALGOS)}")
+        if self.kv_cache_algo is not None and self.kv_cache_algo not in SUPPORTED_KV_CACHE_ALGOS:
+            raise ModelFormatError(f"{self.source}: kv_cache_quant_algo {self.kv_cache_algo!r} is not supported; "
+                                   f"supported: {', '.join(SUPPORTED_KV_CACHE_ALGOS)} (or none)")
+
+    def layer(self, prefix: str) -> LayerQuant | None:
+        """The format of linear ``prefix`` (e.g. ``model.layers.0.mlp.down_proj``); None when excluded."""
+        import fnmatch
+
+        if self.algo is None:
+            return None
+        if self.algo == "MIXED_PRECISION":
+            return dict(self.layers).get(prefix)
+        if any(fnmatch.fnmatchcase(prefix, pat) for pat in self.exclude):
+            return None
+        return LayerQuant(self.algo, self.group_size)
+
+
+def _layer_quant(raw: dict, where: str, *, optional: bool = False) -> LayerQuant:
+    algo = raw.get("quant_algo")
+    if not isinstance(algo, str) and not (optional and algo is None):
+        raise ModelFormatError(f"{where}: quant_algo missing or not a string ({algo!r})")
+    group = raw.get("group_size")
+    if isinstance(algo, str) and algo.lower() == "fp8_pb_wo":   # Model-Optimizer writes this one in lower case
+        algo = "FP8_PB_WO"
+    return LayerQuant(algo, int(group) if group else None)
+
+
+def read_quant_config(model_dir: str | Path) -> QuantConfig | None:
+    """The quantization of ``model_dir`` (None for an unquantized checkpoint).
+
+    Model-Optimizer writes ``hf_quant_config.json`` (``{"producer", "quantization": {quant_algo,
+    kv_cache_quant_algo, group_size, exclude_modules | quantized_layers}}``) and the same facts as
+    ``config.json``'s ``quantization_config`` with ``quant_method: modelopt``; any other
+    ``quant_method`` (GPTQ, AWQ, compressed-tensors, bitsandbytes, ...) is refused by name.
+    """
+    model_dir = Path(model_dir)
+    cfg = _read_json(model_dir / "config.json").get("quantization_config")
+    hf_path = model_dir / "hf_quant_config.json"
+    if cfg is None and not hf_path.is_file():
+        return None
+    if cfg is not None:
+        method = cfg.get("quant_method")
+        if method != "modelopt":
+            raise ModelFormatError(f"{model_dir}/config.json: quantization_config.quant_method {method!r} is not "
+                                   "supported; the trtspec runtime loads NVIDIA Model-Optimizer exports "
+                                   "(quant_method 'modelopt') only")
+    if hf_path.is_file():
+        top = _read_json(hf_path)
+        raw, where = top.get("quantization"), str(hf_path)
+        if not isinstance(raw, dict):
+            raise ModelFormatError(f"{hf_path}: no 'quantization' object")
+        prod = top.get("producer") or {}
+    else:
+        raw, where, prod = cfg, f"{model_dir}/config.json quantization_config", cfg.get("producer") or {}
+        scheme = cfg.get("kv_cache_scheme")
+        if scheme and "kv_cache_quant_algo" not in raw:   # {"num_bits": 8, "type": "float"} = FP8
+            raw = {**raw, "kv_cache_quant_algo": "FP8" if (scheme.get("num_bits"), scheme.get("type")) == (8, "float")
+                   else str(scheme)}
+    top_layer = _layer_quant(raw, where, optional=bool(raw.get("kv_cache_quant_algo")))
+    layers = tuple(sorted((name, _layer_quant(q, f"{where} quantized_layers.{name}"))
+                          for name, q in (raw.get("quantized_layers") or {}).items()))
+    return QuantConfig(algo=top_layer.algo, kv_cache_algo=raw.get("kv_cache_quant_algo"),
+                       group_size=top_layer.group_size,
+                       exclude=tuple(raw.get("exclude_modules") or raw.get("ignore") or ()), layers=layers,
+                       producer=" ".join(str(p) for p in (prod.get("name", "modelopt"), prod.get("version")) if p),
+                       source=where)

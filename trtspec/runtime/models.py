@@ -10,13 +10,16 @@ d head dim, V vocabulary, E hidden size.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trtspec.runtime.config import Eagle3Config, ModelConfig, ModelFormatError, read_eagle3_config, read_model_config
+from trtspec.runtime.config import (Eagle3Config, ModelConfig, ModelFormatError, read_eagle3_config, read_model_config,
+                                    read_quant_config)
+from trtspec.runtime.quant import QuantInfo, dequantize_checkpoint, fp8_roundtrip, install
 from trtspec.runtime.weights import load_safetensors
 
 
@@ -95,6 +98,7 @@ class Attention(nn.Module):
             self.q_norm, self.k_norm = RMSNorm(self.d, cfg.rms_norm_eps), RMSNorm(self.d, cfg.rms_norm_eps)
         else:
             self.q_norm = self.k_norm = None
+        self.kv_scales: tuple[float, float] | None = None   # FP8 KV cache (k_scale, v_scale), see quant.py
 
     def forward(self, x, cos, sin, cache: KVCache, rows, write_idx, mask):
         B, T, _ = x.shape
@@ -105,6 +109,9 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q.transpose(1, 2), cos, sin)                  # [B, H, T, d]
         k = apply_rope(k.transpose(1, 2), cos, sin)                  # [B, Hkv, T, d]
+        if self.kv_scales is not None:   # an FP8 cache stores fp8(k / k_scale) and reads it times k_scale
+            k = fp8_roundtrip(k, self.kv_scales[0]).to(q.dtype)
+            v = fp8_roundtrip(v, self.kv_scales[1]).to(q.dtype)
         # write the new K/V: cache[layer, rows[b], :, write_idx[b, t]] = k[b, :, t]
         r = rows[:, None].expand(B, T)
         cache.k[self.layer, r, :, write_idx] = k.transpose(1, 2).to(cache.k.dtype)
@@ -159,6 +166,7 @@ class Transformer(nn.Module):
         self.model.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.register_buffer("inv_freq", cfg.rope.inv_freq(cfg.head_dim), persistent=False)
+        self.quant: QuantInfo | None = None   # what load_model dequantized (None: an unquantized checkpoint)
 
     def new_cache(self, rows: int, slots: int) -> KVCache:
         c = self.config
@@ -277,17 +285,29 @@ def _load_into(module: nn.Module, tensors: dict[str, torch.Tensor], where: Path,
 
 
 @torch.no_grad()
-def load_model(model_dir: str | Path, *, device="cpu", dtype=torch.float32) -> Transformer:
-    """Load a supported decoder from a Hugging Face directory (safetensors only)."""
+def load_model(model_dir: str | Path, *, device="cpu", dtype=torch.float32, quant_activations: bool = True) -> Transformer:
+    """Load a supported decoder from a Hugging Face directory (safetensors only).
+
+    A Model-Optimizer quantized checkpoint is dequantized here, once (see :mod:`trtspec.runtime.quant`);
+    ``quant_activations`` (default True) also applies its activation and FP8 KV-cache quantizers in
+    the forward, False loads the weights alone. ``model.quant`` says what was done.
+    """
     model_dir = Path(model_dir)
     cfg = read_model_config(model_dir)
+    qcfg = read_quant_config(model_dir)
     tensors = load_safetensors(model_dir)
+    plan = info = None
+    if qcfg is not None:
+        tensors, plan, info = dequantize_checkpoint(tensors, qcfg, str(model_dir), activations=quant_activations)
     if "lm_head.weight" not in tensors:
         if not cfg.tie_word_embeddings:
             raise ModelFormatError(f"{model_dir}: lm_head.weight missing and tie_word_embeddings is false")
         tensors["lm_head.weight"] = tensors.get("model.embed_tokens.weight")
     model = Transformer(cfg)
     _load_into(model, tensors, model_dir)
+    if info is not None:
+        install(model, plan)
+        model.quant = dataclasses.replace(info, dtype=str(dtype).removeprefix("torch."))
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -296,6 +316,9 @@ def load_eagle3(model_dir: str | Path, target: Transformer, *, device="cpu", dty
     """Load an EAGLE-3 head exported by Model-Optimizer; ``lm_head`` falls back to the target's."""
     model_dir = Path(model_dir)
     cfg = read_eagle3_config(model_dir)
+    if read_quant_config(model_dir) is not None:
+        raise ModelFormatError(f"{model_dir}: a quantized EAGLE-3 head is not supported (the runtime dequantizes "
+                               "quantized targets and draft models; export the head unquantized)")
     t = target.config
     if cfg.layer.vocab_size != t.vocab_size:
         raise ModelFormatError(f"{model_dir}: eagle3 vocab_size={cfg.layer.vocab_size} differs from the "
