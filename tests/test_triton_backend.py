@@ -336,15 +336,25 @@ def test_trtllm_sampling_kwargs_use_tensorrt_llm_field_names(request_, expected)
     assert kw == pytest.approx(expected) and set(kw) <= TRTLLM_SAMPLING_FIELDS
 
 
-def test_quantized_bundle_is_refused_with_a_way_out(tmp_path):
-    import json
+def test_quantized_target_bundle_serves_what_the_runtime_generates(tmp_path):
+    """A bundle whose target is a Model-Optimizer FP8 export (what `trtspec build` makes by default)
+    serves on the trtspec runtime: greedy and seeded sampled texts equal the runtime's own on that
+    checkpoint, which the runtime loads dequantized."""
+    pytest.importorskip("modelopt.torch.quantization")
+    import shutil
 
-    from trtspec.triton.bundle import BundleError, BundleLayout
-    from trtspec.triton.protocol import ModelSettings
+    from test_runtime_quant import quantize_export
 
-    (tmp_path / "target").mkdir()
-    (tmp_path / "target" / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}}))
-    layout = BundleLayout(root=tmp_path, target=tmp_path / "target", draft=None, drafter="ngram", draft_len=3)
-    with pytest.raises(BundleError, match=r"target checkpoint .* is quantized \(FP8\).*--quant none"):
-        ReferenceBackend(layout, ModelSettings(bundle=tmp_path))
+    root = _make_bundle(tmp_path / "bundle")
+    shutil.move(root / "target", tmp_path / "source")
+    quantize_export(tmp_path / "source", root / "target", "FP8_DEFAULT_CFG")
+    b = ReferenceBackend(read_bundle(root), default_settings(root))
+    try:
+        assert b.pipeline.target.quant is not None and b.pipeline.target.quant.algo == "FP8"
+        requests = [GenerationRequest(PROMPTS[0], NEW_TOKENS),
+                    GenerationRequest(PROMPTS[1], NEW_TOKENS, temperature=0.9, seed=5, stream=True)]
+        texts = [_text(cs) for cs in _run(b, requests)]
+        assert texts == _engine_texts(b.pipeline, requests)
+        assert texts[0] == b.pipeline.generate([PROMPTS[0]], max_new_tokens=NEW_TOKENS)[0].text
+    finally:
+        b.shutdown()

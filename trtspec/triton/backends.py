@@ -58,24 +58,6 @@ def _stat(stats, *names: str) -> int:
     return 0
 
 
-def _refuse_quantized(bundle: BundleLayout) -> None:
-    """The trtspec runtime runs unquantized checkpoints only; say so instead of loading scaled weights raw."""
-    import json
-
-    from trtspec.triton.bundle import BundleError
-
-    for role, path in (("target", bundle.target), ("draft", bundle.draft)):
-        if path is None or not (path / "config.json").is_file():
-            continue
-        quant = json.loads((path / "config.json").read_text()).get("quantization_config")
-        if quant:
-            algo = quant.get("quant_algo") or quant.get("quant_method") or "quantized"
-            raise BundleError(
-                f"bundle: the {role} checkpoint {path} is quantized ({algo}); the trtspec runtime runs unquantized "
-                "checkpoints only. Serve this bundle with TensorRT-LLM on a GPU (backend: tensorrt_llm), or build "
-                "one for CPU serving with `trtspec build --quant none`.")
-
-
 def speculation(bundle: BundleLayout, settings: ModelSettings) -> tuple[int, dict[int, int] | None]:
     """``(draft_len, draft_len_schedule)`` the trtspec runtime runs: the bundle's, unless
     ``settings.draft_len`` overrides it (0 = no speculation; n = a fixed D of n, schedule dropped)."""
@@ -104,7 +86,6 @@ class ReferenceBackend:
 
         from trtspec.runtime import load_pipeline
 
-        _refuse_quantized(bundle)
         device = settings.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -393,8 +374,9 @@ def load_backend(bundle: BundleLayout, settings: ModelSettings, metrics=None):
         log.info("trtspec Triton model: serving %s with tensorrt_llm (%s)", bundle.root, reason)
         return TrtllmBackend(bundle, settings, metrics), reason
     backend = ReferenceBackend(bundle, settings, metrics)
-    spec = backend.pipeline.spec
-    log.info("trtspec Triton model: serving %s with trtspec (%s) on %s, drafter %s, draft_len %d%s, verify %s",
+    spec, quant = backend.pipeline.spec, getattr(backend.pipeline.target, "quant", None)
+    log.info("trtspec Triton model: serving %s with trtspec (%s) on %s, drafter %s, draft_len %d%s, verify %s%s",
              bundle.root, reason, backend.device, backend.pipeline.drafter.name, spec.draft_len,
-             f", schedule {dict(spec.draft_len_schedule)}" if spec.draft_len_schedule else "", spec.verify)
+             f", schedule {dict(spec.draft_len_schedule)}" if spec.draft_len_schedule else "", spec.verify,
+             f", target {quant.algo} (dequantized at load, activations {quant.activations})" if quant else "")
     return backend, reason
