@@ -154,3 +154,49 @@ def test_a_losing_batch_says_so_with_the_best_drafting_speedup():
     assert row.draft_len == 0 and row.drafter == "none"
     assert "no gain: guideline 1" in row.binding_rule
     assert "speculation loses here: the best D >= 1 (eagle3, D=1) would give 0." in row.binding_rule
+
+
+def test_sparse_attention_keeps_its_variant_price_under_measured_pricing():
+    """DSA layers read index_topk entries per query token: the dense MLA table would price them as reading the
+    whole context, so sparse blocks keep the variants.py price and say so."""
+    from collections import Counter
+
+    from trtspec.recipes import variants
+    from trtspec.recipes.costmodel import block_cost
+
+    arch, gpu, prec = load_architecture("deepseek-v3.2"), load_gpu("h200"), Precision.of("fp8")
+    pricer = make_pricer(gpu, "trtllm")
+    block = next(b for b in arch.blocks if b.sparse is not None)
+    cost = block_cost(arch, block, gpu, prec, 8, 16, 4, 65536, pricer)
+    assert cost.attention == pytest.approx(variants.attention_time(arch, block, gpu, prec, 8, 16, 4, 65536))
+    assert cost.sources["attention"] == "roofline" and cost.sources["linear"] == H200
+    dense = forward_cost(arch, gpu, prec, tp=8, batch=16, tokens=4, context=65536, pricer=pricer,
+                         blocks=Counter({block.__class__(block.mixer, block.ffn): 1}))
+    assert cost.attention < dense.attention  # 2048 selected entries (+ the indexer pass) against 65k cached ones
+
+
+def test_layers_with_their_own_geometry_price_their_own_heads(db):
+    """A Gemma-4-style sliding layer of 8 KV heads x 256 beside the model's uniform sizes: the measured kernel is
+    asked for that layer's heads and head size."""
+    from trtspec.recipes.arch import Block
+    from trtspec.recipes.costmodel import block_cost
+    from trtspec.recipes.variants import AttnDims
+
+    arch, gpu, prec = load_architecture("llama-3.1-8b"), load_gpu("h200"), Precision.of("none")
+    block = Block("attention", "dense", dims=AttnDims(16, 8, 256, 256))
+    cost = block_cost(arch, block, gpu, prec, 1, 4, 3, 4096, make_pricer(gpu, "trtllm"))
+    assert cost.attention == pytest.approx(db.attention(4, 4099, 16, 8, 256, "bfloat16") * 1)
+    q_kv = 16 * 256 + 2 * 8 * 256
+    assert cost.linear == pytest.approx(db.gemm(q_kv, arch.hidden, 12, "bfloat16") + db.gemm(arch.hidden, 16 * 256, 12,
+                                        "bfloat16") + db.gemm(2 * arch.intermediate, arch.hidden, 12, "bfloat16")
+                                        + db.gemm(arch.hidden, arch.intermediate, 12, "bfloat16"))
+
+
+def test_mtp_on_a_sparse_model_drafts_with_its_sparse_layer():
+    """The MTP layer of DeepSeek-V3.2 / V4 is a DSA / compressed layer: the drafter keeps the target block's
+    sparse attention and changes only the feed-forward."""
+    for name in ("deepseek-v3.2", "deepseek-v4-flash"):
+        arch = load_architecture(name)
+        layer = DrafterSpec("mtp")._target_layer(arch)
+        last = [b for b in arch.blocks if b.mixer in ("attention", "mla")][-1]
+        assert layer.sparse == last.sparse and layer.sparse is not None and layer.ffn == "moe", name
