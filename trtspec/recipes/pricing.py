@@ -8,11 +8,18 @@ database has them, op class by op class, and records the source of each class in
 Shapes the database does not measure, and the rule that derives them from what it does:
 
 * **verification attention** (T = 1+D query rows per request; the generation tables hold one query row per
-  request): the T rows of a request read the same KV cache, and the G*T rows that share one KV head are packed into
-  MMA tiles of ``gpu.attention_tile_rows`` (128) rows, each tile pass streaming that head's KV once (TensorRT-LLM's
-  XQA speculative mode, FlashInfer / FlashAttention-3 GQA packing). Hence
-  ``T_verify(B, T, ctx) = T_generation(B, ctx + T) * ceil(G*T / 128)`` -- flat in D until G*T crosses a tile
-  (guidelines 2-3). MLA: the same with G = all local heads (every head reads the shared latent);
+  request), between two physical limits, blended by the engine file's ``verification.verify_split`` s in [0, 1]
+  (fitted on the corpus's train split, ``benchmarks/bench_fidelity.py --fit``):
+
+  - *packed* (s = 0): the T rows of a request read the same KV cache, and the G*T rows that share one KV head are
+    packed into MMA tiles of ``gpu.attention_tile_rows`` (128) rows, each tile pass streaming that head's KV once
+    (TensorRT-LLM's XQA speculative mode, FlashInfer / FlashAttention-3 GQA packing):
+    ``P = T_generation(B, ctx + T) * ceil(G*T / 128)`` -- flat in D until G*T crosses a tile (guidelines 2-3);
+  - *split* (s = 1): every verified token is a decode request of its own, ``S = T_generation(B*T, ctx + T)`` -- the
+    KV cache re-read T times (aiconfigurator-core's own ``nextn`` pricing: generation ops at batch x (nextn+1));
+  - ``T_verify = P + s * (S - P)``: s is the share of the extra KV passes the engine's kernels really pay (query
+    packing that is partial, L2 reuse that the request's KV overflows). MLA: the same with G = all local heads
+    (every head reads the shared latent). At D = 0 both are the plain decode price;
 * **sparse / compressed attention** (blocks with ``sparse``: DSA, MSA, DeepSeek-V4 CSA / HCA / window): a token
   reads its own selected entries, which the dense generation tables do not describe, so the attention class keeps
   its ``trtspec.recipes.variants`` price (source ``roofline``); its projections are measured GEMMs (the uniform
@@ -64,7 +71,8 @@ class Pricer:
     def describe(self) -> dict:
         """What prices what, for plan provenance."""
         return {"kernels": self.label if self.db else f"roofline ({self.note})", "engine": self.engine.name,
-                "engine_overheads": self.engine.path, "perf_db_tiers": sorted(self.db.tiers) if self.db else []}
+                "engine_overheads": self.engine.path, "perf_db_tiers": sorted(self.db.tiers) if self.db else [],
+                "verify_split": self.engine.verify_split}
 
     # ---- single GEMMs (drafter heads, fc layers) -----------------------------------------------------------------
     def gemm(self, n: float, k: int, m: int, prec, wbytes: float | None = None) -> float | None:
@@ -156,19 +164,34 @@ def _ffn_gemms(p: Pricer, arch, block, prec, tp: int, m: int) -> list:
 
 
 def _attention(p: Pricer, arch, block, prec, tp: int, batch: int, tokens: int, context: int) -> float | None:
+    """Verification attention of B requests x T query rows: the packed and split prices blended by the engine's
+    ``verify_split`` (see the module docstring); None where the tables hold no such kernel."""
     kvq = "fp8" if prec.kv_bytes <= 1.0 else "bfloat16"
-    tile = p.gpu.attention_tile_rows
     length = context + tokens
-    heads = max(1, arch.num_heads // tp)
     if block.mixer == "mla":
-        one = p.db.mla(batch, length, heads, kvq)
-        return None if one is None else one * math.ceil(heads * tokens / tile)
-    d = arch.attn_dims(block)
-    if d.v_head_dim != d.head_dim:
-        return None  # the generation tables hold K and V of one head size: variants.py prices the layer
-    heads, kv = max(1, d.heads // tp), max(1, d.kv_heads // tp)
-    one = p.db.attention(batch, length, heads, kv, d.head_dim, kvq, block.window)
-    return None if one is None else one * math.ceil(max(1, heads // kv) * tokens / tile)
+        heads = max(1, arch.num_heads // tp)
+        group = heads
+
+        def one(b):
+            return p.db.mla(b, length, heads, kvq)
+    else:
+        d = arch.attn_dims(block)
+        if d.v_head_dim != d.head_dim:
+            return None  # the generation tables hold K and V of one head size: variants.py prices the layer
+        heads, kv = max(1, d.heads // tp), max(1, d.kv_heads // tp)
+        group = max(1, heads // kv)
+
+        def one(b):
+            return p.db.attention(b, length, heads, kv, d.head_dim, kvq, block.window)
+    base = one(batch)
+    if base is None:
+        return None
+    packed = base * math.ceil(group * tokens / p.gpu.attention_tile_rows)
+    split = p.engine.verify_split
+    if tokens == 1 or split <= 0.0:
+        return packed
+    apart = one(batch * tokens)
+    return None if apart is None else packed + split * (apart - packed)
 
 
 def make_pricer(gpu: GPU, engine: str = "trtllm", pricing: str = "perf-db") -> Pricer | None:
