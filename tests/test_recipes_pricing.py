@@ -229,3 +229,25 @@ def test_speedup_falls_with_concurrency_at_the_default_context():
     s = [r.speedup for r in plan(req).rows]
     assert all(b <= a * 1.005 for a, b in zip(s, s[1:])), s
     assert s[-1] < 0.85 * s[0], s
+
+
+def test_libyaml_loader_reads_the_package_files_as_pyyaml_does():
+    """open_db parses aiconfigurator-core's system files with libyaml: same documents, module restored after."""
+    import glob
+    import os
+
+    import yaml
+    from aiconfigurator_core.sdk import perf_database
+
+    from trtspec.recipes.perfdb import _CYaml, _libyaml
+
+    root = os.path.join(os.path.dirname(perf_database.__file__), "..", "systems")
+    files = sorted(glob.glob(os.path.join(root, "*.yaml")))
+    assert len(files) > 5
+    fast = _CYaml(yaml)
+    for path in files:
+        with open(path, encoding="utf-8") as a, open(path, encoding="utf-8") as b:
+            assert fast.safe_load(a) == yaml.safe_load(b), path
+    with _libyaml(perf_database):
+        assert isinstance(perf_database.yaml, _CYaml) or not yaml.__with_libyaml__
+    assert perf_database.yaml is yaml
