@@ -26,9 +26,9 @@ import sys
 
 TIE = 0.01
 TARGET_MEDIAN = 0.10
-GROUPS = (("speedups (both speedup modes)", ("speedup", "speedup-source-al")), ("  speedup", ("speedup",)),
-          ("  speedup-source-al", ("speedup-source-al",)), ("batch-ratio", ("batch-ratio",)),
-          ("baseline", ("baseline",)))
+GROUPS = (("speedups", "speedups (both modes)", ("speedup", "speedup-source-al")),
+          ("speedup", "  speedup", ("speedup",)), ("speedup-source-al", "  speedup-source-al", ("speedup-source-al",)),
+          ("batch-ratio", "batch-ratio", ("batch-ratio",)), ("baseline", "baseline", ("baseline",)))
 
 
 def _tie_distance(scores, sweep: str) -> int:
@@ -49,8 +49,8 @@ def evaluate(measurements, pricing: str) -> dict:
         sweeps = sweep_best_d(part)
         for name, row in sweeps.items():
             row["tie_distance"] = _tie_distance(part, name)
-        out[split] = {"sweeps": sweeps, **{label: summary([s for s in part if s.mode in modes])
-                                           for label, modes in GROUPS}}
+        out[split] = {"sweeps": sweeps, **{key: summary([s for s in part if s.mode in modes])
+                                           for key, _, modes in GROUPS}}
     return out
 
 
@@ -87,33 +87,35 @@ def _fmt(v, pct=True):
 
 def _table(res: dict) -> list[str]:
     cols = [("measured", "heldout"), ("measured", "train"), ("roofline", "heldout"), ("roofline", "train")]
-    lines = [f"{'':34}" + "".join(f"{m + ' ' + s:>18}" for m, s in cols)]
-    for label, _ in GROUPS:
-        keys = [("cases", "cases", False), ("median_abs_error", "median |error|", True),
-                ("p90_abs_error", "p90 |error|", True)]
-        if "speedup" in label:
+    lines = [f"{'':40}" + "".join(f"{m + ' ' + s:>18}" for m, s in cols)]
+    for group, label, _ in GROUPS:
+        keys = [("cases", "cases", False), ("median_abs_error", "median |err|", True),
+                ("p90_abs_error", "p90 |err|", True)]
+        if group.startswith("speedup"):
             keys.append(("wrong_side", "wrong side of 1", False))
         for key, name, pct in keys:
-            lines.append(f"{(label + ': ' + name)[:34]:34}" + "".join(f"{_fmt(res[m][s][label][key], pct):>18}"
+            lines.append(f"{(label + ': ' + name)[:40]:40}" + "".join(f"{_fmt(res[m][s][group][key], pct):>18}"
                                                                       for m, s in cols))
     return lines
 
 
 def report(measured: dict, roofline: dict) -> list[str]:
     lines = _table({"measured": measured, "roofline": roofline})
-    lines.append("best-D distance per published sweep (strict / tie-aware within 1%):")
+    lines.append("best-D distance per published sweep (strict / tie-aware within 1%; predicted margin: the model's "
+                 "pick over the published best configuration, as the model prices them):")
     for split in ("heldout", "train"):
         for name, row in measured[split]["sweeps"].items():
             r = roofline[split]["sweeps"].get(name, {})
             lines.append(f"  [{split:7}] {name[:60]:60} published D={row['published_best_d']}: measured D="
-                         f"{row['predicted_best_d']} ({row['distance']}/{row['tie_distance']}), roofline D="
+                         f"{row['predicted_best_d']} ({row['distance']}/{row['tie_distance']}, predicted margin "
+                         f"{row['predicted_margin']:+.1%}), roofline D="
                          f"{r.get('predicted_best_d', '-')} ({r.get('distance', '-')}/{r.get('tie_distance', '-')})")
     lines.append("batch-ratio, AL-free (speedup(B) / speedup(smallest B) of one configuration at one D):")
     roof = {s.id: s.predicted for s in roofline["scores"] if s.mode == "batch-ratio"}
     for s in (x for x in measured["scores"] if x.mode == "batch-ratio"):
         lines.append(f"  [{s.split:7}] {s.id[:60]:60} published {s.published:.3f}: measured {s.predicted:.3f}, "
                      f"roofline {roof.get(s.id, float('nan')):.3f}")
-    sp = measured["heldout"][GROUPS[0][0]]
+    sp = measured["heldout"]["speedups"]
     sweeps = [r for s in ("heldout", "train") for r in measured[s]["sweeps"].values()]
     lines.append(f"targets (measured model, speedup modes): held-out median |error| <= 10%: "
                  f"{'met' if sp['median_abs_error'] is not None and sp['median_abs_error'] <= TARGET_MEDIAN else 'MISSED'}"

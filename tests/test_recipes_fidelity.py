@@ -65,7 +65,7 @@ def test_summary_and_best_d_distance():
     assert out["cases"] == 3 and out["wrong_side"] == 1
     assert out["median_abs_error"] == pytest.approx(0.125) and out["p90_abs_error"] == pytest.approx(0.1818, abs=1e-4)
     assert sweep_best_d(scores) == {"s": {"split": "heldout", "published_best_d": 5, "predicted_best_d": 3,
-                                          "distance": 2, "cases": 2}}
+                                          "distance": 2, "cases": 2, "predicted_margin": pytest.approx(2.2 / 2.1 - 1)}}
 
 
 def test_batch_pairs_keep_d_configuration_and_split():

@@ -362,7 +362,8 @@ def summary(scores: list) -> dict:
 
 def sweep_best_d(scores: list) -> dict:
     """Per published sweep over D (two or more draft lengths scored in a speedup mode): the published best
-    configuration's D, the predicted best's D and their distance."""
+    configuration's D, the predicted best's D, their distance, and ``predicted_margin``: how much better the model
+    thinks its pick is than the published best configuration (0 when they agree; small = a predicted near-tie)."""
     by: dict = {}
     for s in scores:
         if s.sweep is not None and s.mode in SPEEDUP_MODES:
@@ -374,5 +375,6 @@ def sweep_best_d(scores: list) -> dict:
         pub = max(cases, key=lambda c: c.published)
         pred = max(cases, key=lambda c: c.predicted)
         out[sweep] = {"split": cases[0].split, "published_best_d": pub.draft_len, "predicted_best_d": pred.draft_len,
-                      "distance": abs(pub.draft_len - pred.draft_len), "cases": len(cases)}
+                      "distance": abs(pub.draft_len - pred.draft_len), "cases": len(cases),
+                      "predicted_margin": pred.predicted / pub.predicted - 1.0}
     return out
