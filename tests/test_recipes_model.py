@@ -35,17 +35,43 @@ def test_guideline2_attention_dominated_decode_picks_128_over_g_minus_1(group):
     assert "attention tile" in row.binding_rule
 
 
+def _with_verify_split(monkeypatch, split):
+    import trtspec.recipes.pricing as pricing
+
+    real = pricing.load_engine
+    monkeypatch.setattr(pricing, "load_engine", lambda name: real(name).with_params(verify_split=split))
+
+
 @pytest.mark.parametrize("group", [4, 8, 16, 32])
-def test_guideline2_with_measured_kernels_stops_at_a_multiple_of_128_rows(group):
-    """Measured pricing (perf-db attention kernel x ceil(G*(1+D)/128), fitted engine costs): the chosen D still fills
-    whole 128-row tiles, G*(1+D) = 128*k. Measured reason it is not always k = 1: the engine's fixed costs per step
-    (step_us, spec_layer_us) dilute the attention term of these 4-layer models, so at G = 32 a second pass over the
-    KV cache (2x attention) costs less than the AL it buys from 4 to 8 tokens, and D = 256/G - 1 wins."""
+def test_guideline2_with_measured_kernels_packed_limit_stops_at_a_multiple_of_128_rows(group, monkeypatch):
+    """Measured pricing at the packed limit (verify_split 0: perf-db attention kernel x ceil(G*(1+D)/128), fitted
+    engine costs): the chosen D fills whole 128-row tiles, G*(1+D) = 128*k. Measured reason it is not always k = 1:
+    the engine's fixed costs per step (step_us, spec_layer_us) dilute the attention term of these 4-layer models, so
+    at G = 32 a second pass over the KV cache (2x attention) costs less than the AL it buys from 4 to 8 tokens, and
+    D = 256/G - 1 wins."""
+    _with_verify_split(monkeypatch, 0.0)
     req = request(synthetic(group), batches=(8,), context=131072, max_draft_len=128 // group + 12)
     row = plan(req).rows[0]
     assert (group * (row.draft_len + 1)) % 128 == 0, row.draft_len
     assert "attention tile" in row.binding_rule
     assert row.sources["verify.attention"].startswith("perf-db trtllm")
+
+
+@pytest.mark.parametrize("group", [4, 8, 16, 32])
+def test_guideline2_with_the_fitted_verification_rule_never_passes_the_first_tile(group, monkeypatch):
+    """With the engines' fitted verification rule (verify_split s ~ 0.3 on the train split,
+    benchmarks/bench_fidelity.py --fit) every verified row beyond the first pays s of a KV pass of its own, so the
+    attention cost is no longer flat inside a tile. Measured reason guideline 2 moves: at small G the plan stops
+    below 128/G - 1 (the extra rows' KV reads outgrow the AL a constant 0.95 rate adds), binding on "attention KV
+    reads grow with 1+D"; at large G it still stops at the tile, G*(1+D) = 128. It never drafts past the packed
+    limit's choice, and never past the first 128-row tile."""
+    req = request(synthetic(group), batches=(8,), context=131072, max_draft_len=128 // group + 12)
+    row = plan(req).rows[0]
+    _with_verify_split(monkeypatch, 0.0)
+    packed = plan(req).rows[0]
+    assert group * (row.draft_len + 1) <= 128 and row.draft_len <= packed.draft_len
+    assert ("attention tile" in row.binding_rule if group * (row.draft_len + 1) == 128
+            else row.binding_rule == "attention KV reads grow with 1+D"), row.binding_rule
 
 
 def test_attention_cost_is_flat_then_steps_at_multiples_of_128():
@@ -325,13 +351,32 @@ def test_per_layer_geometry_prices_like_a_model_of_that_geometry():
         forward_cost(uniform, gpu, prec, batch=4, tokens=3).total)
 
 
-def test_sparse_attention_keeps_draft_length_smaller_at_long_context():
-    """Where attention dominates, dense MLA verifies 1+D tokens in one KV pass (flat until G*(1+D) > 128) while
-    DSA pays per token: the planner drafts fewer tokens on the sparse model."""
-    def model(sparse):
-        return Architecture(name="syn", hidden=7168, vocab=1000, num_heads=128, num_kv_heads=128, head_dim=192,
-                            intermediate=18432, mla=MLA, blocks=tuple(Block("mla", "dense", sparse=sparse)
-                                                                      for _ in range(8)))
-    d = {k: plan(request(model(s), rates=0.7, batches=(64,), context=65536, tp=8, quant="fp8",
-                         max_draft_len=12)).rows[0].draft_len for k, s in (("dense", None), ("dsa", dsa(shared=True)))}
+def _syn_mla(sparse):
+    return Architecture(name="syn", hidden=7168, vocab=1000, num_heads=128, num_kv_heads=128, head_dim=192,
+                        intermediate=18432, mla=MLA, blocks=tuple(Block("mla", "dense", sparse=sparse)
+                                                                  for _ in range(8)))
+
+
+def _mla_draft_lens() -> dict:
+    return {k: plan(request(_syn_mla(s), rates=0.7, batches=(64,), context=65536, tp=8, quant="fp8",
+                            max_draft_len=12)).rows[0].draft_len for k, s in (("dense", None), ("dsa", dsa(shared=True)))}
+
+
+def test_sparse_attention_keeps_draft_length_smaller_at_long_context(monkeypatch):
+    """Where attention dominates and the engine packs the 1+D query rows (verify_split 0, the packed limit), dense
+    MLA verifies 1+D tokens in one KV pass (flat until G*(1+D) > 128) while DSA pays per token: the planner drafts
+    fewer tokens on the sparse model."""
+    _with_verify_split(monkeypatch, 0.0)
+    d = _mla_draft_lens()
     assert d["dsa"] < d["dense"], d
+
+
+def test_fitted_verification_rule_makes_long_context_dense_mla_pay_per_token():
+    """Measured reason the sparse-versus-dense outcome turns with the fitted rule (verify_split ~ 0.3 on the train
+    split): each extra verified row then pays 0.3 of a pass over the whole 65k-token latent cache, while a DSA row
+    reads its 2048 selected entries, so dense MLA is the one that drafts fewer tokens at long context."""
+    from trtspec.recipes.engines import load_engine
+
+    assert load_engine("trtllm").verify_split > 0.1
+    d = _mla_draft_lens()
+    assert d["dense"] < d["dsa"], d

@@ -37,16 +37,26 @@ def test_unknown_perfdb_system_fails_with_the_reason():
         open_db("h20_sxm", "trtllm", "1.3.0rc20")
 
 
-def test_verification_attention_rule_is_one_row_kernel_times_tile_passes(db):
-    """T = 1+D query rows per request: the measured one-row kernel at context + T, times ceil(G*T/128)."""
+def test_verification_attention_blends_packed_and_split_rows_by_the_engine_figure(db):
+    """T = 1+D query rows per request: packed P = the one-row kernel at context + T times ceil(G*T/128); split
+    S = the one-row kernel at B*T requests; the engine's verify_split s prices P + s*(S - P) (0 and 1 the limits)."""
+    from trtspec.recipes.pricing import Pricer
+
     arch, gpu = load_architecture("llama-3.1-8b"), load_gpu("h200")
-    pricer, prec = make_pricer(gpu, "trtllm"), Precision.of("none")
+    base, prec = make_pricer(gpu, "trtllm"), Precision.of("none")
     group = arch.num_heads // arch.num_kv_heads
-    for tokens in (1, 4, 17, 33, 40):
-        cost = forward_cost(arch, gpu, prec, batch=8, tokens=tokens, context=4096, pricer=pricer)
-        one = db.attention(8, 4096 + tokens, arch.num_heads, arch.num_kv_heads, arch.head_dim, "bfloat16")
-        assert cost.attention == pytest.approx(arch.num_layers * one * math.ceil(group * tokens / 128), rel=1e-9)
-        assert cost.sources["attention"] == H200
+    for split in (0.0, 0.3, 1.0):
+        pricer = Pricer(gpu, base.engine.with_params(verify_split=split), base.db)
+        for tokens in (1, 4, 17, 33):
+            cost = forward_cost(arch, gpu, prec, batch=8, tokens=tokens, context=4096, pricer=pricer)
+            one = db.attention(8, 4096 + tokens, arch.num_heads, arch.num_kv_heads, arch.head_dim, "bfloat16")
+            apart = db.attention(8 * tokens, 4096 + tokens, arch.num_heads, arch.num_kv_heads, arch.head_dim,
+                                 "bfloat16")
+            packed = one * math.ceil(group * tokens / 128)
+            want = packed if tokens == 1 else packed + split * (apart - packed)
+            assert cost.attention == pytest.approx(arch.num_layers * want, rel=1e-9)
+            assert cost.sources["attention"] == H200
+    assert 0.0 <= load_engine("trtllm").verify_split <= 1.0
 
 
 def test_gemms_price_at_m_equal_batch_times_tokens(db):
@@ -145,6 +155,11 @@ def test_engine_file_roundtrip_and_errors(tmp_path):
         load_engine_file(bad)
     with pytest.raises(RecipeError, match="unknown engine parameters"):
         prof.with_params(bogus_us=1)
+    assert back.verify_split == prof.verify_split
+    bad.write_text(path.read_text().replace(f"verify_split: {{value: {round(prof.verify_split, 3)}",
+                                            "verify_split: {value: 1.5"))
+    with pytest.raises(CatalogError, match=r"verification.verify_split must be a fraction in \[0, 1\], got 1.5"):
+        load_engine_file(bad)
 
 
 def test_a_losing_batch_says_so_with_the_best_drafting_speedup():
@@ -154,3 +169,85 @@ def test_a_losing_batch_says_so_with_the_best_drafting_speedup():
     assert row.draft_len == 0 and row.drafter == "none"
     assert "no gain: guideline 1" in row.binding_rule
     assert "speculation loses here: the best D >= 1 (eagle3, D=1) would give 0." in row.binding_rule
+
+
+def test_sparse_attention_keeps_its_variant_price_under_measured_pricing():
+    """DSA layers read index_topk entries per query token: the dense MLA table would price them as reading the
+    whole context, so sparse blocks keep the variants.py price and say so."""
+    from collections import Counter
+
+    from trtspec.recipes import variants
+    from trtspec.recipes.costmodel import block_cost
+
+    arch, gpu, prec = load_architecture("deepseek-v3.2"), load_gpu("h200"), Precision.of("fp8")
+    pricer = make_pricer(gpu, "trtllm")
+    block = next(b for b in arch.blocks if b.sparse is not None)
+    cost = block_cost(arch, block, gpu, prec, 8, 16, 4, 65536, pricer)
+    assert cost.attention == pytest.approx(variants.attention_time(arch, block, gpu, prec, 8, 16, 4, 65536))
+    assert cost.sources["attention"] == "roofline" and cost.sources["linear"] == H200
+    dense = forward_cost(arch, gpu, prec, tp=8, batch=16, tokens=4, context=65536, pricer=pricer,
+                         blocks=Counter({block.__class__(block.mixer, block.ffn): 1}))
+    assert cost.attention < dense.attention  # 2048 selected entries (+ the indexer pass) against 65k cached ones
+
+
+def test_layers_with_their_own_geometry_price_their_own_heads(db):
+    """A Gemma-4-style sliding layer of 8 KV heads x 256 beside the model's uniform sizes: the measured kernel is
+    asked for that layer's heads and head size."""
+    from trtspec.recipes.arch import Block
+    from trtspec.recipes.costmodel import block_cost
+    from trtspec.recipes.variants import AttnDims
+
+    arch, gpu, prec = load_architecture("llama-3.1-8b"), load_gpu("h200"), Precision.of("none")
+    block = Block("attention", "dense", dims=AttnDims(16, 8, 256, 256))
+    cost = block_cost(arch, block, gpu, prec, 1, 4, 3, 4096, make_pricer(gpu, "trtllm"))
+    packed, apart = db.attention(4, 4099, 16, 8, 256, "bfloat16"), db.attention(12, 4099, 16, 8, 256, "bfloat16")
+    split = load_engine("trtllm").verify_split  # G*T = 6 rows: one tile pass when packed
+    assert cost.attention == pytest.approx(packed + split * (apart - packed))
+    q_kv = 16 * 256 + 2 * 8 * 256
+    assert cost.linear == pytest.approx(db.gemm(q_kv, arch.hidden, 12, "bfloat16") + db.gemm(arch.hidden, 16 * 256, 12,
+                                        "bfloat16") + db.gemm(2 * arch.intermediate, arch.hidden, 12, "bfloat16")
+                                        + db.gemm(arch.hidden, arch.intermediate, 12, "bfloat16"))
+
+
+def test_mtp_on_a_sparse_model_drafts_with_its_sparse_layer():
+    """The MTP layer of DeepSeek-V3.2 / V4 is a DSA / compressed layer: the drafter keeps the target block's
+    sparse attention and changes only the feed-forward."""
+    for name in ("deepseek-v3.2", "deepseek-v4-flash"):
+        arch = load_architecture(name)
+        layer = DrafterSpec("mtp")._target_layer(arch)
+        last = [b for b in arch.blocks if b.mixer in ("attention", "mla")][-1]
+        assert layer.sparse == last.sparse and layer.sparse is not None and layer.ffn == "moe", name
+
+
+def test_speedup_falls_with_concurrency_at_the_default_context():
+    """llama-3.1-8b + EAGLE-3 on H100 at the default 4k context: every published sweep with batch > 1 shows the
+    speedup falling as concurrency grows. Measured reason the plan follows: the train split fits verify_split
+    ~ 0.3 (between packed and split query rows), so verification re-reads part of each request's 4k KV cache per
+    extra row, and that term grows with the batch while the weights' share shrinks."""
+    req = build_request(model="llama-3.1-8b", gpu="h100", drafters="eagle3", acceptance="prior:llama3.1-8b-eagle3",
+                        batches=[1, 2, 4, 8, 16, 32, 64])
+    s = [r.speedup for r in plan(req).rows]
+    assert all(b <= a * 1.005 for a, b in zip(s, s[1:])), s
+    assert s[-1] < 0.85 * s[0], s
+
+
+def test_libyaml_loader_reads_the_package_files_as_pyyaml_does():
+    """open_db parses aiconfigurator-core's system files with libyaml: same documents, module restored after."""
+    import glob
+    import os
+
+    import yaml
+    from aiconfigurator_core.sdk import perf_database
+
+    from trtspec.recipes.perfdb import _CYaml, _libyaml
+
+    root = os.path.join(os.path.dirname(perf_database.__file__), "..", "systems")
+    files = sorted(glob.glob(os.path.join(root, "*.yaml")))
+    assert len(files) > 5
+    fast = _CYaml(yaml)
+    for path in files:
+        with open(path, encoding="utf-8") as a, open(path, encoding="utf-8") as b:
+            assert fast.safe_load(a) == yaml.safe_load(b), path
+    with _libyaml(perf_database):
+        assert isinstance(perf_database.yaml, _CYaml) or not yaml.__with_libyaml__
+    assert perf_database.yaml is yaml

@@ -331,6 +331,25 @@ def write_configs(bundle: Path, recipe: Any, opts: Any, *, draft_layer_ids=None,
     return planned.written()
 
 
+def _context_lines(opts: Any, recipe: Any) -> list[str]:
+    """README section: the context the schedule was planned for, and how to plan other context buckets."""
+    planned, seq = getattr(recipe, "context", None), getattr(opts, "max_seq_len", None)
+    if planned is None:
+        return []
+    lines = ["", "## Context", "",
+             f"- The draft lengths above (TensorRT-LLM `draft_len_schedule`, vLLM's and SGLang's) were planned for "
+             f"{planned} tokens of context per request" + (f" (`--max-seq-len {seq}`)." if seq == planned else ".")]
+    if seq is not None and seq != planned:
+        lines.append(f"- The recipe's context ({planned}) is not this bundle's `--max-seq-len` ({seq}): the served "
+                     "context differs from the planned one.")
+    lines += ["- TensorRT-LLM's schedule has a batch axis only. At longer contexts verification reads more KV cache "
+              "per draft token, so the best D shrinks; compare context buckets with "
+              f"`trtspec plan --model ./target --gpu {opts.gpu} --tp {opts.tp} --quant {opts.quant} --drafter "
+              f"{opts.drafter} --acceptance SOURCE --context 1k,8k,32k` (SOURCE: the acceptance in recipe.yaml's "
+              "`provenance`) and rebuild with the `--max-seq-len` of the bucket you serve."]
+    return lines
+
+
 def readme(opts: Any, written: dict[str, Any], recipe: Any, extra: list[str]) -> str:
     """The bundle's ``README.md``: what is inside, the exact serve commands, and per engine what the config
     means on the version it targets."""
@@ -354,6 +373,7 @@ def readme(opts: Any, written: dict[str, Any], recipe: Any, extra: list[str]) ->
         lines += ["", f"## SGLang ({sv.label}, {sv.short_commit})", "```bash",
                   "python -m sglang.launch_server $(cat sglang.args)", "```", ""]
         lines += [f"- {m}" for m in cfg.meaning["sglang"]]
+    lines += _context_lines(opts, recipe)
     if cfg.notes:
         lines += ["", "## Changes to the plan", ""] + [f"- {n}" for n in cfg.notes]
     lines += ["", "## Files", "- `target/`: target checkpoint (unified Hugging Face layout"

@@ -80,9 +80,11 @@ def render_table(recipe, console=None, title=None):
     console.print("priced by (op class: source):\n" + priced_by(recipe), markup=False)
     cm = recipe.provenance.get("cost_model")
     if isinstance(cm, dict):
+        split = cm.get("verify_split", 0.0)
         console.print(f"engine {cm.get('engine')}: fixed costs from {cm.get('engine_overheads')}; verification "
-                      "attention at 1+D query rows = the measured one-row kernel x ceil(G*(1+D)/128) "
-                      "(trtspec.recipes.pricing)", markup=False)
+                      f"attention at 1+D query rows = packed + {split:.2f} x (split - packed), packed = the measured "
+                      "one-row kernel x ceil(G*(1+D)/128), split = the one-row kernel at B*(1+D) requests "
+                      "(verify_split fitted on the corpus's train split; trtspec.recipes.pricing)", markup=False)
     console.print(f"TensorRT-LLM speculative_config: {recipe.trtllm_speculative_config()}")
     console.print(f"vLLM num_speculative_tokens_per_batch_size: {recipe.vllm_schedule}")
     console.print(f"SGLang: {recipe.sglang}")

@@ -11,7 +11,8 @@ Modules (data flows down this list):
 * ``engines`` -- per-engine fixed costs (``recipes/engines/*.yaml``) that kernel tables do not hold;
 * ``pricing`` -- refines the roofline op class by op class from ``perfdb``, the rules for unmeasured shapes;
 * ``calibration`` -- measured cost tables (``trtspec profile``) that replace the step times on a device;
-* ``fidelity`` -- predictions against the published corpus (``measurements``), the engine fit;
+* ``fidelity`` -- predictions against the published corpus (``measurements``) in its scoring modes;
+  ``fidelity_fit`` -- the engines' figures fitted on its train split;
 * ``optimizer`` -- per-batch argmax over drafter, D and tree (guideline 5);
 * ``recipe`` / ``book`` -- engine schedules (TensorRT-LLM, vLLM, SGLang), YAML recipes, the stored book;
 * ``api`` -- ``resolve_recipe(...) -> Recipe`` for the builder, ``build_request`` for the CLI.

@@ -21,6 +21,7 @@ prices the draft's kernels from measured data where it exists.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from dataclasses import dataclass
@@ -63,9 +64,14 @@ class DrafterSpec:
         return self.kind in TREE_DRAFTERS
 
     def _target_layer(self, target: Architecture) -> Block:
+        """The target's last full-attention layer (its own geometry and sparse attention kept: an MTP layer on
+        DSA / DeepSeek-V4 is a DSA / compressed layer), with the target's feed-forward kind."""
         full = [b for b in target.blocks if b.mixer in ("attention", "mla")] or [b for b in target.blocks if b.mixer]
         ffn = "moe" if target.moe else "dense"
-        return Block(full[-1].mixer if full else "attention", ffn)
+        if not full:
+            return Block("attention", ffn)
+        last = full[-1]
+        return dataclasses.replace(last, ffn=ffn, ffn_width=last.ffn_width if ffn == "dense" else None)
 
     @property
     def drafter_class(self) -> str:
@@ -130,7 +136,7 @@ class DrafterSpec:
         if self.kind == "mtp":
             blk = self._target_layer(target)
             experts = target.moe.num_experts * target.expert_params if target.moe else 0
-            return (target.mixer_params(blk.mixer) + target.ffn_params(blk.ffn) + experts + 2 * h * h) * prec.weight_bytes / tp
+            return (target.mixer_params(blk) + target.ffn_params(blk) + experts + 2 * h * h) * prec.weight_bytes / tp
         extra = (2 * h * h + self.draft_vocab * h) if self.kind == "dspark" else 0
         return (self.dflash_layers * layer + extra) * prec.weight_bytes / tp
 

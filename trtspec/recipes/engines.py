@@ -13,6 +13,15 @@ A measured kernel table prices the kernels of a forward; a real engine step cost
   parallel drafter -- DFlash, DSpark -- pays it once per block): the drafter's own launches, top-k and state copies;
 * ``lookup_us`` / ``lookup_per_token_us`` -- the host-side n-gram / suffix-automaton proposal of ``ngram`` / ``sa``.
 
+and one kernel figure no table holds (section ``verification``):
+
+* ``verify_split`` -- how the engine's attention kernels verify T = 1+D query tokens per request, between two
+  physical limits: 0 packs the T rows of a request into the MMA tiles of one decode pass (the KV cache is streamed
+  once per tile: XQA's speculative mode, FlashInfer / FA3 GQA packing); 1 runs every verified token as a decode
+  request of its own (the KV cache re-read T times: what aiconfigurator-core's ``nextn`` pricing assumes, and what a
+  kernel without query packing or an L2 that cannot hold the request's KV does). A fraction in [0, 1]
+  (``trtspec.recipes.pricing`` blends the two measured prices linearly).
+
 Each figure is ``{value: x, justification: "..."}``; a fitted figure's justification says what it was fitted on
 (the corpus's ``split: train`` cases, ``benchmarks/bench_fidelity.py --fit``). ``perf_db`` names the
 aiconfigurator-core data version that prices this engine's kernels (``default``, and ``overrides`` per system).
@@ -34,6 +43,7 @@ ENGINES = ("trtllm", "vllm", "sglang")
 PARAMS = ("step_us", "spec_step_us", "spec_layer_us", "spec_request_us", "draft_forward_us", "lookup_us",
           "lookup_per_token_us")
 _ATTRS = ("step", "spec_step", "spec_layer", "spec_request", "draft_forward", "lookup", "lookup_per_token")
+SPLIT = "verify_split"
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,7 @@ class EngineProfile:
     draft_forward: float
     lookup: float
     lookup_per_token: float
+    verify_split: float = 0.0
     justifications: dict = field(default_factory=dict, compare=False)
     path: str = ""
 
@@ -60,6 +71,9 @@ class EngineProfile:
         for attr in _ATTRS:
             if not getattr(self, attr) >= 0:
                 raise CatalogError(f"engine {self.name!r}: {attr} must be >= 0 seconds, got {getattr(self, attr)!r}")
+        if not 0.0 <= self.verify_split <= 1.0:
+            raise CatalogError(f"engine {self.name!r}: verification.{SPLIT} must be a fraction in [0, 1], got "
+                               f"{self.verify_split!r}")
 
     def perf_db_version_for(self, system: str) -> str:
         """The aiconfigurator-core data version for ``system`` (an override, else the default)."""
@@ -69,26 +83,28 @@ class EngineProfile:
         """The overheads in microseconds, keyed as in the YAML (``PARAMS``)."""
         return {key: getattr(self, attr) * 1e6 for key, attr in zip(PARAMS, _ATTRS)}
 
-    def with_params(self, **params_us) -> "EngineProfile":
-        """A copy with some overheads replaced (microseconds, keys of ``PARAMS``); used by the fit."""
-        unknown = set(params_us) - set(PARAMS)
+    def with_params(self, **params) -> "EngineProfile":
+        """A copy with some figures replaced (overheads in microseconds, keys of ``PARAMS``, and ``verify_split``);
+        used by the fit."""
+        unknown = set(params) - set(PARAMS) - {SPLIT}
         if unknown:
-            raise RecipeError(f"unknown engine parameters {sorted(unknown)}; expected {PARAMS}")
-        cur = {**self.params_us(), **params_us}
+            raise RecipeError(f"unknown engine parameters {sorted(unknown)}; expected {PARAMS + (SPLIT,)}")
+        cur = {**self.params_us(), **{k: v for k, v in params.items() if k != SPLIT}}
         return EngineProfile(self.name, self.display_name, self.perf_db_version, self.perf_db_overrides,
-                             *(cur[k] * 1e-6 for k in PARAMS), justifications=self.justifications, path=self.path)
+                             *(cur[k] * 1e-6 for k in PARAMS), verify_split=float(params.get(SPLIT, self.verify_split)),
+                             justifications=self.justifications, path=self.path)
 
 
-def _param(doc: dict, key: str, path: Path) -> tuple[float, str]:
-    entry = (doc.get("overheads") or {}).get(key)
+def _param(doc: dict, key: str, path: Path, section: str = "overheads", unit: str = "microseconds") -> tuple[float, str]:
+    entry = (doc.get(section) or {}).get(key)
     if not isinstance(entry, dict) or "value" not in entry:
-        raise CatalogError(f"{path}: overheads.{key} must be a mapping {{value: ..., justification: ...}}")
+        raise CatalogError(f"{path}: {section}.{key} must be a mapping {{value: ..., justification: ...}}")
     if not str(entry.get("justification") or "").strip():
-        raise CatalogError(f"{path}: overheads.{key} has no justification; every figure needs one")
+        raise CatalogError(f"{path}: {section}.{key} has no justification; every figure needs one")
     try:
         value = float(entry["value"])
     except (TypeError, ValueError) as exc:
-        raise CatalogError(f"{path}: overheads.{key} must be a number of microseconds, got {entry['value']!r}") from exc
+        raise CatalogError(f"{path}: {section}.{key} must be a number of {unit}, got {entry['value']!r}") from exc
     return value, str(entry["justification"])
 
 
@@ -107,10 +123,12 @@ def load_engine_file(path: str | Path) -> EngineProfile:
     values, why = {}, {}
     for key in PARAMS:
         values[key], why[key] = _param(doc, key, path)
+    split, why[SPLIT] = _param(doc, SPLIT, path, "verification", "a fraction in [0, 1]")
     return EngineProfile(
         name=str(doc["name"]), display_name=str(doc.get("display_name", doc["name"])),
         perf_db_version=str(db["version"]), perf_db_overrides={str(k): str(v) for k, v in (db.get("overrides") or {}).items()},
-        **{attr: values[key] * 1e-6 for key, attr in zip(PARAMS, _ATTRS)}, justifications=why, path=str(path))
+        **{attr: values[key] * 1e-6 for key, attr in zip(PARAMS, _ATTRS)}, verify_split=split, justifications=why,
+        path=str(path))
 
 
 @functools.lru_cache(maxsize=None)
@@ -130,19 +148,21 @@ def save_engine_file(profile: EngineProfile, path: str | Path, justifications: d
     parameter (e.g. a fit's provenance)."""
     path = Path(path)
     why = {**profile.justifications, **(justifications or {})}
-    missing = [k for k in PARAMS if not str(why.get(k) or "").strip()]
+    missing = [k for k in PARAMS + (SPLIT,) if not str(why.get(k) or "").strip()]
     if missing:
         raise RecipeError(f"engine {profile.name!r}: no justification for {missing}")
     values = profile.params_us()
     overrides = ", ".join(f"{k}: {v}" for k, v in sorted(profile.perf_db_overrides.items()))
     lines = [f"# {profile.display_name}: per-step costs that kernel tables do not hold (trtspec.recipes.engines). "
-             "Units: microseconds.",
+             "Units: microseconds; verification: a fraction.",
              "# Fitted figures are rewritten by `python benchmarks/bench_fidelity.py --fit` (train split only).",
              f"name: {profile.name}", f"display_name: {profile.display_name}", "perf_db:",
              f'  version: "{profile.perf_db_version}"', f"  overrides: {{{overrides}}}",
              f"  source: {_quote(PERF_DB_SOURCE.format(engine=profile.name))}", "overheads:"]
     for key in PARAMS:
         lines.append(f"  {key}: {{value: {round(values[key], 1)}, justification: {_quote(why[key])}}}")
+    lines += ["verification:",
+              f"  {SPLIT}: {{value: {round(profile.verify_split, 3)}, justification: {_quote(why[SPLIT])}}}"]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

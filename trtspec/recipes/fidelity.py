@@ -1,17 +1,33 @@
-"""Predictions against the published corpus (``trtspec.recipes.measurements``): score the planner, fit the engines.
+"""Predictions against the published corpus (``trtspec.recipes.measurements``): how the planner is scored.
 
-For each published case the planner predicts the speedup of the published configuration over no speculation at
-the same batch, ``AL * step(B, 0) / step(B, D)``, with the published AL (``al``, else ``acceptance_curve[D-1]``):
-the corpus judges the *cost* model, so acceptance is taken as published and a case that publishes neither AL nor D
-is not scored (``setup_case`` says why). The published configuration maps to a plan as follows:
+The corpus judges the *cost* model, so acceptance is never predicted here: it is taken as published, or made to
+cancel. Each published figure is scored in one of these modes (``MODES``), counted separately:
+
+* ``speedup`` -- a case that publishes D and its own AL (``al``, else ``acceptance_curve[D-1]``): the predicted
+  speedup over no speculation at the same batch, ``AL * step(B, 0) / step(B, D)``, against the published one;
+* ``speedup-source-al`` -- the same for a case whose AL the source states elsewhere for that configuration
+  (``al_scope: source``, quoted in ``al_quote``; e.g. "every fixed arm sits flat near 3.4 regardless of load");
+* ``batch-ratio`` -- two cases of one source with the same configuration and D at two batch sizes, in one split
+  (``batch_pairs``): ``speedup(B) / speedup(B_ref)`` (B_ref the group's smallest batch). AL cancels under the
+  stated assumption that acceptance does not depend on the batch (drafts and verification are per request; the
+  DSpark post measures "every fixed arm ... flat ... regardless of load"), so these need no published AL, only D;
+* ``baseline`` -- each distinct published no-speculation figure (``baseline_tokens_per_s`` / ``baseline_tpot_ms``
+  at batch B): predicted ``B / step(B, 0)`` tok/s (per user: ``1 / step``) against it. Needs neither AL nor D: it
+  judges the absolute price of a plain decode step (kernels plus the engine's ``step_us``).
+
+Speedup modes count "wrong side of 1" and feed the best-D check of every published sweep over D (``sweep_best_d``);
+ratios and baselines have no side of 1. A case that fits no mode is reported with the reason (``setup_case``).
+
+The published configuration maps to a plan as follows:
 
 * model: a built-in model whose ``source`` names the HF id, else aiconfigurator-core's ``model_configs/`` file of
   that id, else the same with a variant suffix removed (``-Instruct``, ``-Instruct-2507``, ``-FP8``, ``-NVFP4``,
-  ``-Base``: same architecture, other weights);
+  ``-MXFP8``, ``-MXFP4``, ``-Base``: same architecture, other weights; a dated revision ``-MMDD`` likewise), else
+  the id's ``-Instruct`` config (a base model whose instruct config is the one shipped);
 * GPUs: ``tp``, else ``num_gpus``, else the smallest of 1, 2, 4, 8 GPUs whose memory holds the weights
   (``UNSTATED_TP_FRACTION`` of it: the minimal deployment); ``ep`` (else 1; ignored when it does not divide
-  ``tp``); quant
-  ``nvfp4`` / ``mxfp4`` -> ``fp4``, ``mxfp8`` -> ``fp8``; ``native`` and ``int8_sq`` are not scored;
+  ``tp``); quant ``nvfp4`` / ``mxfp4`` -> ``fp4``, ``mxfp8`` -> ``fp8``; ``native`` is priced as the case's
+  ``priced_quant`` (the checkpoint's stated formats) and is not scored without one; ``int8_sq`` is not scored;
 * drafter: ``eagle`` (EAGLE-1/2, one serial feature head) is priced as ``eagle3``; ``peagle`` (P-EAGLE: an
   EAGLE-3-style head drafting all D tokens in one pass) as a one-layer parallel drafter (``dflash`` with one
   layer); ``pard`` and ``medusa`` are not scored; ``draft_model`` needs the named draft's architecture;
@@ -21,18 +37,13 @@ is not scored (``setup_case`` says why). The published configuration maps to a p
   MT-bench-like chat turns);
 * concurrency is taken as the batch (every client in flight).
 
-``fit`` chooses the engines' overheads (``trtspec.recipes.engines.PARAMS``: ``step_us``, ``spec_layer_us``,
-``spec_request_us``, ``draft_forward_us``; ``spec_step_us`` stays 0) on ``split: train`` cases only, in two stages:
-``step_us`` on the batch-1 cases' published no-speculation figures (one request decoding alone pins a step's
-absolute time; a speedup alone cannot tell a fixed cost per step from a faster kernel, both compress the ratio),
-then the speculative parameters on the squared log error of the speedups. A step is linear in the overheads, so
-each case is priced once (kernels) plus once per parameter (its coefficient). Pairs of one sweep at two batch sizes (``batch_pairs``) add their AL-free batch ratio. An engine
-with fewer than ``MIN_CASES_PER_ENGINE`` scored train cases and pairs shares the parameters fitted on all of them.
+The engines' fixed costs are fitted on the ``split: train`` figures only (``trtspec.recipes.fidelity_fit``).
 """
 from __future__ import annotations
 
 import functools
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,13 +52,14 @@ from trtspec.recipes.errors import RecipeError
 
 DEFAULT_CONTEXT = 1024
 UNSTATED_TP_FRACTION = 0.95
-FITTED = ("step_us", "spec_layer_us", "spec_request_us", "draft_forward_us")
-SPEC_FITTED = FITTED[1:]
-MIN_BASELINES = 2
-MIN_CASES_PER_ENGINE = 6
-VARIANT_SUFFIXES = ("-Instruct-2507", "-Instruct", "-FP8", "-NVFP4", "-Base")
+VARIANT_SUFFIXES = ("-Instruct-2507", "-Instruct", "-FP8", "-NVFP4", "-MXFP8", "-MXFP4", "-Base")
 QUANT_MAP = {"none": "none", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4", "int4_awq": "int4_awq",
              "w4a8_awq": "w4a8_awq"}
+MODES = ("speedup", "speedup-source-al", "batch-ratio", "baseline")
+SPEEDUP_MODES = MODES[:2]
+# what must match for two cases of one source to form a batch-ratio pair (besides the batch)
+PAIR_KEY = ("source", "split", "model", "gpu", "num_gpus", "tp", "ep", "quant", "priced_quant", "engine", "drafter",
+            "draft_model", "draft_len", "tree_nodes", "topk", "dataset", "isl", "osl", "metric", "batch_kind")
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,9 @@ class CaseSetup:
 
 @dataclass(frozen=True)
 class Score:
+    """One scored figure: ``published`` and ``predicted`` are speedups (speedup modes), speedup ratios
+    (``batch-ratio``) or tok/s (``baseline``); ``id`` names the case (a pair: ``case / B=ref``)."""
+
     id: str
     split: str
     engine: str
@@ -72,6 +87,7 @@ class Score:
     draft_len: int
     published: float
     predicted: float
+    mode: str = "speedup"
 
     @property
     def error(self) -> float:
@@ -80,8 +96,8 @@ class Score:
 
     @property
     def wrong_side(self) -> bool:
-        """Predicted and published disagree on whether speculation wins (speedup > 1)."""
-        return (self.predicted > 1.0) != (self.published > 1.0)
+        """A speedup predicted on the other side of 1 than published (always False for ratios and baselines)."""
+        return self.mode in SPEEDUP_MODES and (self.predicted > 1.0) != (self.published > 1.0)
 
 
 def _model_configs_dir() -> Path | None:
@@ -103,6 +119,9 @@ def architecture_for(hf_id: str):
     import yaml
 
     candidates = [hf_id] + [hf_id[: -len(s)] for s in VARIANT_SUFFIXES if hf_id.endswith(s)]
+    dated = re.match(r"^(.*)-\d{4}$", hf_id)  # a dated revision (DeepSeek-V4-Pro-0813): the same architecture
+    candidates += [dated.group(1)] if dated else []
+    candidates.append(f"{hf_id}-Instruct")  # a base model whose -Instruct config is the one shipped
     for cand in candidates:
         for name in builtin_names():
             doc = yaml.safe_load((models_dir() / f"{name}.yaml").read_text(encoding="utf-8")) or {}
@@ -144,6 +163,25 @@ def _minimal_tp(arch, gpu, quant: str) -> int:
     return 8
 
 
+def _quant(m) -> str:
+    if m.quant == "native":
+        if m.priced_quant is None:
+            raise RecipeError("quant 'native' without a priced_quant (the checkpoint's formats) is not one trtspec "
+                              "prices")
+        return m.priced_quant
+    if m.quant not in QUANT_MAP:
+        raise RecipeError(f"quant {m.quant!r} is not one trtspec prices")
+    return QUANT_MAP[m.quant]
+
+
+def published_al(m) -> float | None:
+    """The case's AL: ``al``, else the published curve at its D, else None."""
+    if m.al is not None:
+        return m.al
+    curve = m.acceptance_curve
+    return curve[m.draft_len - 1] if m.draft_len and curve and len(curve) >= m.draft_len else None
+
+
 def setup_case(m, *, pricing: str = "perf-db", need_al: bool = True) -> CaseSetup:
     """The plan of one published case; raises ``RecipeError`` saying why a case cannot be scored.
     ``need_al=False``: a case without a published AL gets AL = 1 and one without D gets D = 1 (for batch ratios,
@@ -155,28 +193,26 @@ def setup_case(m, *, pricing: str = "perf-db", need_al: bool = True) -> CaseSetu
     if m.draft_len is None and need_al:
         raise RecipeError("no draft length published")
     draft_len = m.draft_len or 1
-    al = m.al if m.al is not None else (m.acceptance_curve[m.draft_len - 1] if m.draft_len and m.acceptance_curve
-                                        and len(m.acceptance_curve) >= m.draft_len else None)
+    al = published_al(m)
     if al is None and need_al:
         raise RecipeError("no acceptance length published")
     al = 1.0 if al is None else al
-    if m.quant not in QUANT_MAP:
-        raise RecipeError(f"quant {m.quant!r} is not one trtspec prices")
+    quant = _quant(m)
     arch = architecture_for(m.model)
     spec = _drafter(m, arch)
-    tp = m.tp or m.num_gpus or _minimal_tp(arch, load_gpu(m.gpu), QUANT_MAP[m.quant])
+    tp = m.tp or m.num_gpus or _minimal_tp(arch, load_gpu(m.gpu), quant)
     ep = m.ep if m.ep and tp % m.ep == 0 else 1
     context = m.isl + m.osl // 2 if m.isl and m.osl else DEFAULT_CONTEXT
     nodes = (m.tree_nodes + 1) if m.tree_nodes else draft_len + 1
     topk = (m.topk or 1) if m.tree_nodes else 1
     dummy = AcceptanceProfile(rates=(0.5,), source="fidelity: the published AL is used directly")
     req = PlanRequest(model=arch, gpu=load_gpu(m.gpu), drafters=(spec,), acceptance={spec.kind: dummy}, tp=tp, ep=ep,
-                      quant=QUANT_MAP[m.quant], batches=(m.batch,), context=context,
+                      quant=quant, batches=(m.batch,), context=context,
                       max_draft_len=max(16, draft_len), engine=m.engine, pricing=pricing)
     return CaseSetup(m, req, spec, draft_len, nodes, topk, float(al))
 
 
-def _steps(setup: CaseSetup, pricer) -> tuple[float, float]:
+def steps(setup: CaseSetup, pricer) -> tuple[float, float]:
     """(step at D = 0, step of the published configuration), seconds."""
     from trtspec.recipes.optimizer import _Evaluator
 
@@ -186,7 +222,8 @@ def _steps(setup: CaseSetup, pricer) -> tuple[float, float]:
     return base.step, spec.step
 
 
-def _pricer(setup: CaseSetup, engine=None):
+def case_pricer(setup: CaseSetup, engine=None):
+    """The case's ``Pricer``; ``engine``: an ``EngineProfile`` replacing the case engine's file."""
     from trtspec.recipes.optimizer import request_pricer
     from trtspec.recipes.pricing import Pricer
 
@@ -198,26 +235,18 @@ def _pricer(setup: CaseSetup, engine=None):
 
 def predict(setup: CaseSetup, engine=None) -> float:
     """Predicted speedup of the case; ``engine``: an ``EngineProfile`` replacing the case engine's file."""
-    s0, sd = _steps(setup, _pricer(setup, engine))
+    s0, sd = steps(setup, case_pricer(setup, engine))
     return setup.al * s0 / sd
 
 
-def linear_terms(setup: CaseSetup) -> tuple[tuple, tuple]:
-    """Each step as ``kernels + sum_i coef_i * param_i`` over ``FITTED`` (seconds per microsecond of param)."""
-    from trtspec.recipes.engines import load_engine
-
-    zero = load_engine(setup.request.engine).with_params(**{k: 0.0 for k in FITTED})
-    k0, kd = _steps(setup, _pricer(setup, zero))
-    coefs0, coefsd = [], []
-    for name in FITTED:
-        b0, bd = _steps(setup, _pricer(setup, zero.with_params(**{name: 1.0})))
-        coefs0.append(b0 - k0)
-        coefsd.append(bd - kd)
-    return (k0, *coefs0), (kd, *coefsd)
+def speedup_mode(m) -> str:
+    """``speedup`` or ``speedup-source-al`` (see the module docstring)."""
+    return "speedup-source-al" if m.al_scope == "source" else "speedup"
 
 
 def score_cases(measurements, *, pricing: str = "perf-db", engines: dict | None = None) -> tuple[list, dict]:
-    """Scores of every scorable case and ``{case id: reason}`` for the others; ``engines``: name -> profile."""
+    """Speedup-mode scores of every case that publishes D and AL, and ``{case id: reason}`` for the others;
+    ``engines``: name -> profile."""
     scores, skipped = [], {}
     for m in measurements:
         try:
@@ -226,12 +255,103 @@ def score_cases(measurements, *, pricing: str = "perf-db", engines: dict | None 
         except RecipeError as exc:
             skipped[m.id] = str(exc)
             continue
-        scores.append(Score(m.id, m.split, m.engine, m.sweep, m.draft_len, float(m.speedup), pred))
+        scores.append(Score(m.id, m.split, m.engine, m.sweep, m.draft_len, float(m.speedup), pred, speedup_mode(m)))
     return scores, skipped
 
 
+def batch_pairs(measurements) -> list:
+    """Pairs (reference, case) of one source with the same configuration (``PAIR_KEY``: D, tree, drafter, model,
+    GPUs, dataset, ... and split) at two batch sizes, the reference being the group's smallest batch; only cases
+    with a published speedup and D. A pair never spans the split (the two cases judge the same side)."""
+    groups: dict = {}
+    for m in measurements:
+        if m.draft_len is not None and m.speedup is not None:
+            groups.setdefault(tuple(getattr(m, k) for k in PAIR_KEY), []).append(m)
+    out = []
+    for cases in groups.values():
+        ref = min(cases, key=lambda c: c.batch)
+        out += [(ref, c) for c in cases if c.batch != ref.batch]
+    return out
+
+
+def ratio_prediction(ref, case, *, pricing: str = "perf-db", engines: dict | None = None) -> float:
+    """Predicted ``speedup(B) / speedup(B_ref)`` of a pair at one D (AL cancels: both steps are priced at AL 1)."""
+    out = []
+    for m in (ref, case):
+        setup = setup_case(m, pricing=pricing, need_al=False)
+        s0, sd = steps(setup, case_pricer(setup, (engines or {}).get(m.engine)))
+        out.append(s0 / sd)
+    return out[1] / out[0]
+
+
+def score_ratios(measurements, *, pricing: str = "perf-db", engines: dict | None = None) -> tuple[list, dict]:
+    """``batch-ratio`` scores of every pair (``batch_pairs``) and ``{pair: reason}`` for pairs that cannot be priced."""
+    scores, skipped = [], {}
+    for ref, case in batch_pairs(measurements):
+        name = f"{case.id} / B={ref.batch}"
+        try:
+            pred = ratio_prediction(ref, case, pricing=pricing, engines=engines)
+        except RecipeError as exc:
+            skipped[name] = str(exc)
+            continue
+        scores.append(Score(name, case.split, case.engine, case.sweep, case.draft_len,
+                            float(case.speedup) / float(ref.speedup), pred, "batch-ratio"))
+    return scores, skipped
+
+
+def baseline_tokens_per_s(m) -> float | None:
+    """The published no-speculation figure as tok/s (aggregate for ``output_tps_total``, per user otherwise)."""
+    if m.metric == "tpot_ms":
+        return 1e3 / m.baseline_tpot_ms if m.baseline_tpot_ms else None
+    return m.baseline_tokens_per_s
+
+
+def baseline_cases(measurements) -> list:
+    """One case per distinct published baseline (model, GPUs, quant, engine, batch, lengths, figure): a source
+    that repeats its baseline row beside every drafter counts once."""
+    seen, out = set(), []
+    for m in measurements:
+        figure = baseline_tokens_per_s(m)
+        key = (m.source, m.model, m.gpu, m.num_gpus, m.tp, m.quant, m.engine, m.batch, m.isl, m.osl, m.metric, figure)
+        if figure is None or key in seen:
+            continue
+        seen.add(key)
+        out.append(m)
+    return out
+
+
+def baseline_prediction(m, *, pricing: str = "perf-db", engine=None) -> float:
+    """Predicted no-speculation tok/s of the case's batch (aggregate or per user as the case's metric)."""
+    setup = setup_case(m, pricing=pricing, need_al=False)
+    s0, _ = steps(setup, case_pricer(setup, engine))
+    return (m.batch if m.metric == "output_tps_total" else 1) / s0
+
+
+def score_baselines(measurements, *, pricing: str = "perf-db", engines: dict | None = None) -> tuple[list, dict]:
+    """``baseline`` scores of every distinct published baseline and ``{case id: reason}`` for the unpriceable."""
+    scores, skipped = [], {}
+    for m in baseline_cases(measurements):
+        try:
+            pred = baseline_prediction(m, pricing=pricing, engine=(engines or {}).get(m.engine))
+        except RecipeError as exc:
+            skipped[m.id] = str(exc)
+            continue
+        scores.append(Score(m.id, m.split, m.engine, None, 0, float(baseline_tokens_per_s(m)), pred, "baseline"))
+    return scores, skipped
+
+
+def score_all(measurements, *, pricing: str = "perf-db", engines: dict | None = None) -> tuple[list, dict]:
+    """Every mode's scores and ``{mode: {item: reason}}`` for what each mode could not score."""
+    out, skipped = [], {}
+    for mode, fn in (("speedup", score_cases), ("batch-ratio", score_ratios), ("baseline", score_baselines)):
+        scores, why = fn(measurements, pricing=pricing, engines=engines)
+        out += scores
+        skipped[mode] = why
+    return out, skipped
+
+
 def summary(scores: list) -> dict:
-    """Median and 90th percentile of |error|, cases on the wrong side of 1, count."""
+    """Median and 90th percentile of |error|, speedups on the wrong side of 1, count."""
     errs = sorted(abs(s.error) for s in scores)
     if not errs:
         return {"cases": 0, "median_abs_error": None, "p90_abs_error": None, "wrong_side": 0}
@@ -241,11 +361,12 @@ def summary(scores: list) -> dict:
 
 
 def sweep_best_d(scores: list) -> dict:
-    """Per published sweep over D (two or more draft lengths scored): the published best configuration's D, the
-    predicted best's D and their distance."""
+    """Per published sweep over D (two or more draft lengths scored in a speedup mode): the published best
+    configuration's D, the predicted best's D, their distance, and ``predicted_margin``: how much better the model
+    thinks its pick is than the published best configuration (0 when they agree; small = a predicted near-tie)."""
     by: dict = {}
     for s in scores:
-        if s.sweep is not None:
+        if s.sweep is not None and s.mode in SPEEDUP_MODES:
             by.setdefault(s.sweep, []).append(s)
     out = {}
     for sweep, cases in by.items():
@@ -254,138 +375,6 @@ def sweep_best_d(scores: list) -> dict:
         pub = max(cases, key=lambda c: c.published)
         pred = max(cases, key=lambda c: c.predicted)
         out[sweep] = {"split": cases[0].split, "published_best_d": pub.draft_len, "predicted_best_d": pred.draft_len,
-                      "distance": abs(pub.draft_len - pred.draft_len), "cases": len(cases)}
+                      "distance": abs(pub.draft_len - pred.draft_len), "cases": len(cases),
+                      "predicted_margin": pred.predicted / pub.predicted - 1.0}
     return out
-
-
-def baseline_step(m) -> float | None:
-    """The published no-speculation step time (seconds) of a batch-1 case, else None (see the module docstring)."""
-    if m.batch != 1:
-        return None
-    if m.metric == "tpot_ms":
-        return m.baseline_tpot_ms * 1e-3 if m.baseline_tpot_ms else None
-    return 1.0 / m.baseline_tokens_per_s if m.baseline_tokens_per_s else None
-
-
-def batch_pairs(measurements) -> list:
-    """Pairs (reference, case) of one published sweep with the same drafter, D and tree at two batch sizes (the
-    reference: the sweep's smallest batch). Acceptance does not depend on the batch, so the published ratio
-    speedup(B) / speedup(B_ref) needs no AL: these pairs judge (and fit) how the step costs grow with the batch."""
-    groups: dict = {}
-    for m in measurements:
-        if m.sweep is not None and m.draft_len is not None:
-            groups.setdefault((m.sweep, m.drafter, m.draft_len, m.tree_nodes, m.topk, m.dataset), []).append(m)
-    out = []
-    for cases in groups.values():
-        ref = min(cases, key=lambda c: c.batch)
-        out += [(ref, c) for c in cases if c.batch != ref.batch]
-    return out
-
-
-def _ratio(t0, td, x) -> float:
-    s0 = t0[0] + sum(c * v for c, v in zip(t0[1:], x))
-    sd = td[0] + sum(c * v for c, v in zip(td[1:], x))
-    return s0 / sd
-
-
-def _solve(rows: list, start: dict, pairs: list, step_us: float) -> dict:
-    """The ``SPEC_FITTED`` parameters (microseconds, >= 0) by least squares on the log speedup of ``rows`` of (al,
-    published, terms0, termsd) and the log batch ratio of ``pairs`` of (published ratio, ref terms, case terms),
-    ``step_us`` held."""
-    import numpy as np
-    from scipy.optimize import least_squares
-
-    def full(x):
-        return [step_us, *x]
-
-    def resid(x):
-        out = [math.log(al * _ratio(t0, td, full(x)) / pub) for al, pub, t0, td in rows]
-        out += [math.log(_ratio(c0, cd, full(x)) / _ratio(r0, rd, full(x)) / ratio) for ratio, (r0, rd), (c0, cd) in pairs]
-        return np.array(out)
-
-    x0 = np.array([start[k] for k in SPEC_FITTED], dtype=float)
-    res = least_squares(resid, x0, bounds=(0.0, np.inf), x_scale=np.maximum(x0, 10.0))
-    return {k: float(v) for k, v in zip(SPEC_FITTED, res.x)}
-
-
-def _baselines(measurements) -> dict:
-    """Per engine: (published baseline step, kernel step, step coefficient) of the distinct batch-1 train baselines
-    (one per model, GPU, TP and figure: a source that repeats its baseline row counts once)."""
-    from trtspec.recipes.engines import ENGINES
-
-    out: dict = {e: [] for e in ENGINES}
-    seen = set()
-    for m in measurements:
-        base = baseline_step(m)
-        key = (m.engine, m.model, m.gpu, m.tp, m.quant, base)
-        if m.split != "train" or base is None or key in seen:
-            continue
-        try:
-            (k0, c_step, *_), _ = linear_terms(setup_case(m, need_al=False))
-        except RecipeError:
-            continue
-        seen.add(key)
-        out[m.engine].append((base, k0, c_step, m.id))
-    return out
-
-
-def _fit_step(rows: list) -> float:
-    """step_us minimising the squared log error of the baselines (one parameter: a 1-D bounded search)."""
-    from scipy.optimize import minimize_scalar
-
-    res = minimize_scalar(lambda x: sum(math.log((k0 + c * x) / base) ** 2 for base, k0, c, _ in rows),
-                          bounds=(0.0, 5000.0), method="bounded")
-    return float(res.x)
-
-
-def fit(measurements) -> dict:
-    """Fitted overheads per engine on the ``train`` cases: ``{engine: {"params": {...}, "cases": [ids], "pooled":
-    bool}}``. Two stages, each parameter on the data that identifies it: ``step_us`` on the batch-1 baselines
-    (``_baselines``; an engine without ``MIN_BASELINES`` of its own takes the pooled value), then the speculative
-    parameters on the speedups and batch ratios with ``step_us`` held (see the module docstring)."""
-    from trtspec.recipes.engines import ENGINES, load_engine
-
-    bases = _baselines(measurements)
-    pooled_step = _fit_step([r for e in ENGINES for r in bases[e]]) if any(bases.values()) else \
-        load_engine("trtllm").params_us()["step_us"]
-    step = {e: _fit_step(bases[e]) if len(bases[e]) >= MIN_BASELINES else pooled_step for e in ENGINES}
-    rows: dict = {e: [] for e in ENGINES}
-    ids: dict = {e: [] for e in ENGINES}
-    for m in measurements:
-        if m.split != "train":
-            continue
-        try:
-            setup = setup_case(m)
-            rows[m.engine].append((setup.al, float(m.speedup), *linear_terms(setup)))
-            ids[m.engine].append(m.id)
-        except RecipeError:
-            continue
-    pairs: dict = {e: [] for e in ENGINES}
-    for ref, case in batch_pairs([m for m in measurements if m.split == "train"]):
-        try:
-            terms = [linear_terms(setup_case(c, need_al=False)) for c in (ref, case)]
-        except RecipeError:
-            continue
-        pairs[case.engine].append((float(case.speedup) / float(ref.speedup), *terms))
-        ids[case.engine].append(f"{case.id}/{ref.id}")
-    if not any(rows.values()):
-        raise RecipeError("no scorable train case in the corpus: nothing to fit")
-    start = {k: max(v, 10.0) for k, v in load_engine("trtllm").params_us().items() if k in SPEC_FITTED}
-    out = {}
-    pooled = _solve([r for e in ENGINES for r in rows[e]], start, [p for e in ENGINES for p in pairs[e]],
-                    pooled_step)
-    for e in ENGINES:
-        own = len(rows[e]) + len(pairs[e]) >= MIN_CASES_PER_ENGINE
-        params = _solve(rows[e], pooled, pairs[e], step[e]) if own else dict(pooled)
-        out[e] = {"params": {"step_us": step[e], **params}, "pooled": not own,
-                  "step_pooled": len(bases[e]) < MIN_BASELINES, "baselines": [r[3] for r in bases[e]],
-                  "cases": ids[e] if own else [i for x in ENGINES for i in ids[x]]}
-    return out
-
-
-def with_fitted(fitted: dict) -> dict:
-    """Engine profiles with the fitted parameters applied (``fit`` output -> ``{engine: EngineProfile}``)."""
-    from trtspec.recipes.engines import load_engine
-
-    return {e: load_engine(e).with_params(**f["params"]) for e, f in fitted.items()}
-

@@ -75,9 +75,13 @@ class Measurement(BaseModel):
 
     ``num_gpus`` / ``tp`` / ``ep`` are ``None`` where the source does not state them. ``batch`` is a batch size or a
     client concurrency (``batch_kind``); ``draft_len`` is D for a chain or the depth of a tree (``tree_nodes`` =
-    total draft tokens of the tree, ``topk`` its branching); ``al`` includes the bonus token; ``acceptance_curve`` is [AL at D=1, D=2, ...] where a sweep publishes it. ``sweep`` is shared by
-    the cases of one published sweep (over D or over batch) and never spans two sources. ``best_of_tested``: the
-    source calls this D the best of the draft lengths it tried at this batch (the others need not be published)."""
+    total draft tokens of the tree, ``topk`` its branching); ``al`` includes the bonus token; ``al_scope``:
+    ``case`` (measured in this run, the default) or ``source`` (stated elsewhere in the same source for this
+    configuration, quoted in ``al_quote``); ``acceptance_curve`` is [AL at D=1, D=2, ...] where a sweep publishes
+    it. ``priced_quant``: for ``quant: native``, the trtspec ``--quant`` the checkpoint's published formats amount
+    to (e.g. ``fp4:attn=fp8``), the notes saying where the formats are stated. ``sweep`` is shared by the cases of
+    one published sweep (over D or over batch) and never spans two sources. ``best_of_tested``: the source calls
+    this D the best of the draft lengths it tried at this batch (the others need not be published)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -104,6 +108,9 @@ class Measurement(BaseModel):
     tree_nodes: Optional[int] = Field(default=None, ge=1)
     topk: Optional[int] = Field(default=None, ge=1)
     al: Optional[float] = Field(default=None, ge=1.0)
+    al_scope: Literal["case", "source"] = "case"
+    al_quote: Optional[str] = None
+    priced_quant: Optional[str] = None
     acceptance_curve: Optional[list[float]] = None
     baseline_tokens_per_s: Optional[float] = Field(default=None, gt=0)
     spec_tokens_per_s: Optional[float] = Field(default=None, gt=0)
@@ -139,6 +146,19 @@ class Measurement(BaseModel):
             raise ValueError(f"unknown GPU {v!r}; expected one of {', '.join(names)}")
         return v
 
+    @field_validator("priced_quant")
+    @classmethod
+    def _priced_quant(cls, v):
+        if v is not None:
+            from trtspec.recipes.costmodel import Precision
+            from trtspec.recipes.errors import RecipeError
+
+            try:
+                Precision.of(v)
+            except RecipeError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
     @field_validator("acceptance_curve")
     @classmethod
     def _curve(cls, v):
@@ -157,6 +177,13 @@ class Measurement(BaseModel):
             raise ValueError(f"tp: {self.tp} exceeds num_gpus={self.num_gpus}")
         if self.al is not None and self.draft_len is not None and self.al > self.draft_len + 1 + 1e-9:
             raise ValueError(f"al: {self.al} exceeds draft_len + 1 = {self.draft_len + 1} (AL includes the bonus token)")
+        if self.al_scope == "source" and (self.al is None or not (self.al_quote or "").strip()):
+            raise ValueError("al_quote: an AL stated elsewhere in the source (al_scope: source) needs al and the "
+                             "sentence it comes from")
+        if self.al_quote is not None and self.al_scope != "source":
+            raise ValueError("al_scope: al_quote is for an AL stated elsewhere in the source; set al_scope: source")
+        if self.priced_quant is not None and self.quant != "native":
+            raise ValueError(f"priced_quant: only for quant: native (the checkpoint as shipped), got quant {self.quant!r}")
         if self.tree_nodes is not None and (self.draft_len is None or self.tree_nodes < self.draft_len):
             raise ValueError(f"tree_nodes: {self.tree_nodes} needs a draft_len (tree depth) <= tree_nodes")
 

@@ -12,7 +12,8 @@ and extrapolates beyond the collected grid; it never reads the parquet files its
 * ``PerfDB`` methods return seconds, or ``None`` where the database holds no data for that shape or dtype (e.g.
   NVFP4 on Hopper, an MoE shape never collected): the caller falls back to the roofline for that op;
 * FP8 is collected per-tensor (``fp8``) or in 128x128 blocks (``fp8_block``, SGLang's and DeepSeek-style
-  checkpoints' scaling); a shape one of them lacks is asked in the other (same bytes, same tensor cores);
+  checkpoints' scaling); a shape one of them lacks is asked in the other (same bytes, same tensor cores); a 4-bit
+  routed-expert shape missing in NVFP4 is asked in MXFP4 (``w4a8_mxfp4_mxfp8``, then ``w4a16_mxfp4``);
 * every answer is memoised per shape, so a full plan costs one query per distinct shape;
 * ``tiers`` collects the provenance tiers the engine reported (``silicon`` = collected rows; anything else, e.g.
   ``empirical``, is a formula the package fell back to) so the plan can say what priced each op class.
@@ -21,6 +22,7 @@ Shapes it does not measure are derived by the caller (``trtspec.recipes.pricing`
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -33,6 +35,10 @@ _MOE_QUANTS = {"none": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8"
 # An engine collects FP8 in one of two scalings: per-tensor ("fp8") or 128x128 blocks ("fp8_block", what SGLang and
 # DeepSeek-style checkpoints run). Same bytes and tensor-core dtype: a shape missing in one is asked in the other.
 _ALTERNATIVES = {"fp8": ("fp8", "fp8_block")}
+# 4-bit experts come in two scalings: NVFP4 (fp8 scale per 16) and MXFP4 (e8m0 scale per 32, what DeepSeek-V4 and
+# gpt-oss ship, run as w4a8 with mxfp8 activations or w4a16): about the same weight bytes; a routed-expert shape
+# missing in one is asked in the others, in this order.
+_MOE_ALTERNATIVES = {**_ALTERNATIVES, "nvfp4": ("nvfp4", "w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
 # Token routing of the MoE tables: aiconfigurator-core's own default (sdk/config.py workload_distribution
 # "power_law", alpha 1.01 in its DeepSeek-family models): real traffic is skewed, so B*(1+D) tokens touch fewer
 # distinct experts than uniform ("balanced") routing would, and the collected latency grows smoothly with tokens.
@@ -148,7 +154,7 @@ class PerfDB:
         from aiconfigurator_core.sdk import common
         from aiconfigurator_core.sdk.operations import MoE
 
-        for name in _ALTERNATIVES.get(quant, (quant,)):
+        for name in _MOE_ALTERNATIVES.get(quant, (quant,)):
             q = getattr(common.MoEQuantMode, name)
             t = self._eval(lambda: MoE("moe", 1, int(hidden), int(inter), int(topk), int(experts), int(moe_tp),
                                        int(moe_ep), q, MOE_DISTRIBUTION, 1), batch=tokens, s=1, x=tokens,
@@ -167,6 +173,40 @@ class PerfDB:
                           x=tokens, key=("ar", hidden, tp))
 
 
+class _CYaml:
+    """``yaml`` as aiconfigurator-core's loader uses it, parsing with libyaml (``CSafeLoader``): the same safe
+    YAML 1.1 documents, several times faster. Its version-slot lookup parses every system file of the package
+    (about 0.75 s of a cold plan in pure Python)."""
+
+    def __init__(self, yaml):
+        self._yaml = yaml
+
+    def __getattr__(self, name):
+        return getattr(self._yaml, name)
+
+    def safe_load(self, stream):
+        return self._yaml.load(stream, Loader=self._yaml.CSafeLoader)
+
+    def load(self, stream, Loader=None):  # noqa: N803 (PyYAML's keyword)
+        fast = self._yaml.CSafeLoader if Loader in (None, self._yaml.SafeLoader) else Loader
+        return self._yaml.load(stream, Loader=fast)
+
+
+@contextlib.contextmanager
+def _libyaml(module):
+    """Within the block, ``module.yaml`` parses safe YAML with libyaml when PyYAML was built with it."""
+    import yaml
+
+    if not getattr(yaml, "__with_libyaml__", False) or getattr(module, "yaml", None) is not yaml:
+        yield
+        return
+    module.yaml = _CYaml(yaml)
+    try:
+        yield
+    finally:
+        module.yaml = yaml
+
+
 @functools.lru_cache(maxsize=None)
 def open_db(system: str, engine: str, version: str) -> PerfDB:
     """Load (once per process) the database of ``system`` / ``engine`` / ``version``; see the module docstring."""
@@ -180,7 +220,8 @@ def open_db(system: str, engine: str, version: str) -> PerfDB:
     log.setLevel(max(level, logging.ERROR))  # its loader logs every fallback table it reads at WARNING
     try:
         try:
-            db = perf_database.get_database(system, engine, version)
+            with _libyaml(perf_database):
+                db = perf_database.get_database(system, engine, version)
         except ValueError as exc:
             raise PerfDBUnavailable(f"aiconfigurator-core has no {engine} {version} data for {system}: {exc}") from exc
         if db is None:

@@ -8,11 +8,24 @@ database has them, op class by op class, and records the source of each class in
 Shapes the database does not measure, and the rule that derives them from what it does:
 
 * **verification attention** (T = 1+D query rows per request; the generation tables hold one query row per
-  request): the T rows of a request read the same KV cache, and the G*T rows that share one KV head are packed into
-  MMA tiles of ``gpu.attention_tile_rows`` (128) rows, each tile pass streaming that head's KV once (TensorRT-LLM's
-  XQA speculative mode, FlashInfer / FlashAttention-3 GQA packing). Hence
-  ``T_verify(B, T, ctx) = T_generation(B, ctx + T) * ceil(G*T / 128)`` -- flat in D until G*T crosses a tile
-  (guidelines 2-3). MLA: the same with G = all local heads (every head reads the shared latent);
+  request), between two physical limits, blended by the engine file's ``verification.verify_split`` s in [0, 1]
+  (fitted on the corpus's train split, ``benchmarks/bench_fidelity.py --fit``):
+
+  - *packed* (s = 0): the T rows of a request read the same KV cache, and the G*T rows that share one KV head are
+    packed into MMA tiles of ``gpu.attention_tile_rows`` (128) rows, each tile pass streaming that head's KV once
+    (TensorRT-LLM's XQA speculative mode, FlashInfer / FlashAttention-3 GQA packing):
+    ``P = T_generation(B, ctx + T) * ceil(G*T / 128)`` -- flat in D until G*T crosses a tile (guidelines 2-3);
+  - *split* (s = 1): every verified token is a decode request of its own, ``S = T_generation(B*T, ctx + T)`` -- the
+    KV cache re-read T times (aiconfigurator-core's own ``nextn`` pricing: generation ops at batch x (nextn+1));
+  - ``T_verify = P + s * (S - P)``: s is the share of the extra KV passes the engine's kernels really pay (query
+    packing that is partial, L2 reuse that the request's KV overflows). MLA: the same with G = all local heads
+    (every head reads the shared latent). At D = 0 both are the plain decode price;
+* **sparse / compressed attention** (blocks with ``sparse``: DSA, MSA, DeepSeek-V4 CSA / HCA / window): a token
+  reads its own selected entries, which the dense generation tables do not describe, so the attention class keeps
+  its ``trtspec.recipes.variants`` price (source ``roofline``); its projections are measured GEMMs (the uniform
+  mixer's plus one GEMM of the indexer's weights; DeepSeek-V4's own projections as one GEMM of their weight count).
+  Layers with their own sizes (``dims``: Gemma 4, MiMo-V2, NAS) ask the tables for their own heads and head size
+  (K and V heads of different sizes: variants.py);
 * **GEMMs**: M = B*T rows is a measured axis (the package's interpolation); the LM head is a bf16 GEMM
   (Model-Optimizer leaves ``lm_head`` unquantized) with M = B*T (logits for every verified token);
 * **MoE**: B*T routed tokens, power-law routing (``perfdb.MOE_DISTRIBUTION``), MoE TP = tp / ep and EP = ep
@@ -58,7 +71,8 @@ class Pricer:
     def describe(self) -> dict:
         """What prices what, for plan provenance."""
         return {"kernels": self.label if self.db else f"roofline ({self.note})", "engine": self.engine.name,
-                "engine_overheads": self.engine.path, "perf_db_tiers": sorted(self.db.tiers) if self.db else []}
+                "engine_overheads": self.engine.path, "perf_db_tiers": sorted(self.db.tiers) if self.db else [],
+                "verify_split": self.engine.verify_split}
 
     # ---- single GEMMs (drafter heads, fc layers) -----------------------------------------------------------------
     def gemm(self, n: float, k: int, m: int, prec, wbytes: float | None = None) -> float | None:
@@ -84,13 +98,13 @@ class Pricer:
         m = batch * tokens
         gemms = []
         if block.mixer:
-            gemms += _mixer_gemms(self, arch, block.mixer, prec, tp, m)
+            gemms += _mixer_gemms(self, arch, block, prec, tp, m)
         if block.ffn:
-            gemms += _ffn_gemms(self, arch, block.ffn, prec, tp, m)
+            gemms += _ffn_gemms(self, arch, block, prec, tp, m)
         if gemms and all(t is not None for t in gemms):
             cost.linear = sum(gemms)
             cost.sources["linear"] = self.label
-        if block.mixer in ("attention", "sliding", "mla"):
+        if block.mixer in ("attention", "sliding", "mla") and block.sparse is None:
             att = _attention(self, arch, block, prec, tp, batch, tokens, context)
             if att is not None:
                 cost.attention = att
@@ -110,12 +124,18 @@ class Pricer:
                 cost.sources["comm"] = self.label
 
 
-def _mixer_gemms(p: Pricer, arch, mixer: str, prec, tp: int, m: int) -> list:
-    h = arch.hidden
+def _mixer_gemms(p: Pricer, arch, block, prec, tp: int, m: int) -> list:
+    h, mixer, sparse = arch.hidden, block.mixer, block.sparse
     wb = prec.mixer_weight_bytes
+    if sparse is not None and sparse.full_mixer:  # DeepSeek-V4: its own projections, as one GEMM of their weights
+        return [p.gemm(sparse.params / h / tp, h, m, prec, wb)]
+    extra = [p.gemm(sparse.params / h / tp, h, m, prec, wb)] if sparse is not None and sparse.params else []
     if mixer in ("attention", "sliding"):
-        heads, kv = max(1, arch.num_heads // tp), max(1, arch.num_kv_heads // tp)
-        return [p.gemm((heads + 2 * kv) * arch.head_dim, h, m, prec, wb), p.gemm(h, heads * arch.head_dim, m, prec, wb)]
+        d = arch.attn_dims(block)
+        heads, kv = max(1, d.heads // tp), max(1, d.kv_heads // tp)
+        q = heads * d.head_dim * (2 if arch.attn_output_gate else 1)  # the output gate rides on q_proj
+        kv_out = kv * d.head_dim + (0 if d.shared_kv else kv * d.v_head_dim)
+        return [p.gemm(q + kv_out, h, m, prec, wb), p.gemm(h, heads * d.v_head_dim, m, prec, wb)] + extra
     if mixer == "mla":
         mla, heads = arch.mla, max(1, arch.num_heads // tp)
         qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
@@ -126,15 +146,15 @@ def _mixer_gemms(p: Pricer, arch, mixer: str, prec, tp: int, m: int) -> list:
         q = gemm_quant(wq, prec.compute if wq <= prec.weight_bytes else "bf16")
         q = q if q in ("fp8", "bfloat16") else "bfloat16"
         out += [p.db.mla_bmm(m, heads, q, True), p.db.mla_bmm(m, heads, q, False)]
-        return out
+        return out + extra
     spec = arch.linear if mixer == "linear" else arch.mamba
     return [p.gemm(spec.proj_params / h / tp, h, m, prec, wb)]  # equivalent GEMM of the projections' weights
 
 
-def _ffn_gemms(p: Pricer, arch, ffn: str, prec, tp: int, m: int) -> list:
+def _ffn_gemms(p: Pricer, arch, block, prec, tp: int, m: int) -> list:
     h, gated = arch.hidden, arch.mlp_gated
-    if ffn == "dense":
-        inter = arch.intermediate
+    if block.ffn == "dense":
+        inter = block.ffn_width or arch.intermediate
         return [p.gemm((2 if gated else 1) * inter / tp, h, m, prec), p.gemm(h, max(1, inter // tp), m, prec)]
     out = [p.db.gemm(arch.moe.num_experts, h, m, "bfloat16")]  # router
     shared = arch.moe.shared_intermediate
@@ -144,16 +164,34 @@ def _ffn_gemms(p: Pricer, arch, ffn: str, prec, tp: int, m: int) -> list:
 
 
 def _attention(p: Pricer, arch, block, prec, tp: int, batch: int, tokens: int, context: int) -> float | None:
+    """Verification attention of B requests x T query rows: the packed and split prices blended by the engine's
+    ``verify_split`` (see the module docstring); None where the tables hold no such kernel."""
     kvq = "fp8" if prec.kv_bytes <= 1.0 else "bfloat16"
-    tile = p.gpu.attention_tile_rows
     length = context + tokens
-    heads = max(1, arch.num_heads // tp)
     if block.mixer == "mla":
-        one = p.db.mla(batch, length, heads, kvq)
-        return None if one is None else one * math.ceil(heads * tokens / tile)
-    kv = max(1, arch.num_kv_heads // tp)
-    one = p.db.attention(batch, length, heads, kv, arch.head_dim, kvq, block.window)
-    return None if one is None else one * math.ceil(max(1, heads // kv) * tokens / tile)
+        heads = max(1, arch.num_heads // tp)
+        group = heads
+
+        def one(b):
+            return p.db.mla(b, length, heads, kvq)
+    else:
+        d = arch.attn_dims(block)
+        if d.v_head_dim != d.head_dim:
+            return None  # the generation tables hold K and V of one head size: variants.py prices the layer
+        heads, kv = max(1, d.heads // tp), max(1, d.kv_heads // tp)
+        group = max(1, heads // kv)
+
+        def one(b):
+            return p.db.attention(b, length, heads, kv, d.head_dim, kvq, block.window)
+    base = one(batch)
+    if base is None:
+        return None
+    packed = base * math.ceil(group * tokens / p.gpu.attention_tile_rows)
+    split = p.engine.verify_split
+    if tokens == 1 or split <= 0.0:
+        return packed
+    apart = one(batch * tokens)
+    return None if apart is None else packed + split * (apart - packed)
 
 
 def make_pricer(gpu: GPU, engine: str = "trtllm", pricing: str = "perf-db") -> Pricer | None:
