@@ -34,10 +34,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from trtspec.recipes.errors import CatalogError, RecipeError
-from trtspec.recipes.paths import book_dir
+from trtspec.recipes.paths import book_dir, read_named_mapping
 
 ENGINES = ("trtllm", "vllm", "sglang")
 PARAMS = ("step_us", "spec_step_us", "spec_layer_us", "spec_request_us", "draft_forward_us", "lookup_us",
@@ -111,12 +109,7 @@ def _param(doc: dict, key: str, path: Path, section: str = "overheads", unit: st
 def load_engine_file(path: str | Path) -> EngineProfile:
     """Parse and validate one engine YAML (see ``recipes/engines/trtllm.yaml``)."""
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise CatalogError(f"cannot read engine file {path}: {exc}") from exc
-    if not isinstance(doc, dict) or not doc.get("name"):
-        raise CatalogError(f"{path}: expected a mapping with a 'name'")
+    doc = read_named_mapping(path, "engine file")
     db = doc.get("perf_db") or {}
     if not str(db.get("version") or "").strip() or not str(db.get("source") or "").strip():
         raise CatalogError(f"{path}: 'perf_db' needs a 'version' and a 'source'")

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from trtspec.recipes.errors import CatalogError, UnknownGPUError
-from trtspec.recipes.paths import book_dir
+from trtspec.recipes.paths import book_dir, read_named_mapping
 
 DTYPES = ("bf16", "fp8", "fp4")
 
@@ -89,12 +89,7 @@ def _figure(doc: dict, key: str, path: Path, *, need: str = "source"):
 def load_gpu_file(path: str | Path) -> GPU:
     """Parse and validate one GPU YAML file (see ``recipes/gpus/h200.yaml`` for the layout)."""
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise CatalogError(f"cannot read GPU file {path}: {exc}") from exc
-    if not isinstance(doc, dict) or not doc.get("name"):
-        raise CatalogError(f"{path}: expected a mapping with a 'name'")
+    doc = read_named_mapping(path, "GPU file")
     name = str(doc["name"])
     sources = {}
     mem, sources["memory_gb"] = _figure(doc, "memory_gb", path)

@@ -40,3 +40,19 @@ def book_dir() -> Path:
         "cannot find the recipe book: neither the package 'trtspec.recipebook' nor "
         f"{repo} holds a 'gpus/' folder; reinstall trtspec"
     )
+
+
+def read_named_mapping(path: Path, what: str) -> dict:
+    """The YAML mapping in ``path`` that has a ``name`` (a GPU or an engine file); ``CatalogError``
+    naming ``what`` (e.g. ``"GPU file"``) and the path when it cannot be read or is not one."""
+    import yaml
+
+    from trtspec.recipes.errors import CatalogError
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"cannot read {what} {path}: {exc}") from exc
+    if not isinstance(doc, dict) or not doc.get("name"):
+        raise CatalogError(f"{path}: expected a mapping with a 'name'")
+    return doc
