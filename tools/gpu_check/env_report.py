@@ -87,16 +87,20 @@ def environment(gpu: bool) -> dict:
     return env
 
 
+def importable(module: str) -> bool:
+    """Whether this Python finds ``module`` (a dotted name whose parent fails to import counts as absent)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def missing_packages() -> dict[str, list[str]]:
     """module -> checks that need it, for every module some check needs and this Python lacks."""
     out: dict[str, list[str]] = {}
     for check, mods in NEEDS.items():
         for m in mods:
-            try:
-                found = importlib.util.find_spec(m) is not None
-            except (ImportError, ValueError):
-                found = False
-            if not found:
+            if not importable(m):
                 out.setdefault(m, []).append(check)
     return out
 
@@ -112,14 +116,7 @@ def deps_result(missing: dict[str, list[str]]) -> tuple[str, str, dict]:
         notes = image_notes()
     except ImportError:
         notes = {}
-    lacking = {}
-    for mod in notes:
-        try:
-            found = importlib.util.find_spec(mod) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            lacking[mod] = notes[mod]
+    lacking = {mod: note for mod, note in notes.items() if not importable(mod)}
     required = {m: c for m, c in missing.items() if set(c) - OPTIONAL}
     parts = ["missing: " + ", ".join(f"{m} (needed by {', '.join(c)})" for m, c in sorted(missing.items()))
              if missing else "every check's imports found"]
