@@ -54,27 +54,34 @@ def _raise(signum, frame):
 
 
 @contextlib.contextmanager
+def _handling(signals: tuple[int, ...], handler, skip: tuple) -> Iterator[dict]:
+    """Install ``handler`` for each of ``signals`` whose current handler is not in ``skip``; yield
+    the replaced handlers (signal -> handler) and restore them on exit. Outside the main thread
+    (where Python cannot install handlers) nothing is installed and the mapping is empty."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for s in signals:
+            old = signal.getsignal(s)
+            if old in skip:
+                continue
+            previous[s] = old
+            signal.signal(s, handler)
+    try:
+        yield previous
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+@contextlib.contextmanager
 def interruptible(signals: tuple[int, ...] = SIGNALS) -> Iterator[None]:
     """Turn each of ``signals`` into :class:`BuildInterrupted` inside the block; restore on exit.
 
     Signals that are ignored when the block starts stay ignored. Outside the main thread (where
     Python cannot install handlers) the block runs unchanged.
     """
-    if threading.current_thread() is not threading.main_thread():
+    with _handling(signals, _raise, skip=(signal.SIG_IGN,)):
         yield
-        return
-    previous = {}
-    for s in signals:
-        old = signal.getsignal(s)
-        if old is signal.SIG_IGN:
-            continue
-        previous[s] = old
-        signal.signal(s, _raise)
-    try:
-        yield
-    finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
 
 
 @contextlib.contextmanager
@@ -86,22 +93,14 @@ def deferred(signals: tuple[int, ...] = SIGNALS) -> Iterator[None]:
     signal goes to any thread that does not block it (torch's worker threads among them), and
     Python then runs its handler in the main thread all the same.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     pending: list[int] = []
-    previous = {}
-    for s in signals:
-        old = signal.getsignal(s)
-        if old is signal.SIG_IGN or old is None:  # ignored, or a handler not installed from Python
-            continue
-        previous[s] = old
-        signal.signal(s, lambda signum, frame: pending.append(signum))
+    previous: dict = {}
+    # skipped: ignored signals, and handlers not installed from Python (getsignal gives None)
     try:
-        yield
+        with _handling(signals, lambda signum, frame: pending.append(signum),
+                       skip=(signal.SIG_IGN, None)) as previous:
+            yield
     finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
         if pending:
             handler = previous[pending[0]]
             if callable(handler):
