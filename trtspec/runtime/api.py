@@ -145,6 +145,16 @@ def _check_same_tokenizer(target_tok: Tokenizer, draft_dir: Path) -> None:
                                "the draft must share the target's tokenizer")
 
 
+def _check_mtp(target_dir: Path, tcfg, draft) -> None:
+    """``mtp`` drafts with the target's own MTP layer: no --draft, and a target that has one."""
+    if draft is not None:
+        raise ValueError(f"drafter 'mtp' reads the MTP layer from the target ({target_dir}); drop draft={draft}")
+    if getattr(tcfg, "num_nextn_predict_layers", 0) < 1:
+        raise ModelFormatError(f"{target_dir}: no MTP layers (config num_nextn_predict_layers="
+                               f"{getattr(tcfg, 'num_nextn_predict_layers', 0)}); drafter 'mtp' needs a "
+                               "DeepSeek-V3-layout target with num_nextn_predict_layers >= 1")
+
+
 def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len: int = 4,
                   tree: TreeShape | str | None = None, verify: str = "greedy",
                   draft_len_schedule: dict[int, int] | None = None, device: str = "cpu",
@@ -154,8 +164,8 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
     Args:
         target: directory with config.json, *.safetensors and tokenizer.json.
         draft: the draft model directory (``draft_model``) or EAGLE-3 head directory (``eagle3``);
-            unused by ``ngram``. With ``drafter="draft_model"`` and no draft, only ``draft_len=0`` is allowed.
-        drafter: draft_model | ngram | eagle3.  tree: ``TreeShape`` or ``"topk=K,depth=L"``.
+            unused by ``ngram`` and ``mtp`` (the target's own MTP layer). With ``drafter="draft_model"`` and no draft, only ``draft_len=0`` is allowed.
+        drafter: draft_model | ngram | eagle3 | mtp.  tree: ``TreeShape`` or ``"topk=K,depth=L"``.
         draft_len, verify, draft_len_schedule, **spec_kw: see :class:`SpecConfig`.
         device, dtype: where and in what precision the models run.
         quant_activations: for a quantized (NVIDIA Model-Optimizer) target or draft, also simulate its
@@ -179,6 +189,8 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
     if tok.vocab_size > tcfg.vocab_size:
         raise ModelFormatError(f"vocab mismatch: {target_dir}/tokenizer.json has {tok.vocab_size} tokens but the "
                                f"target's config.json says vocab_size={tcfg.vocab_size}")
+    if drafter == "mtp":
+        _check_mtp(target_dir, tcfg, draft)
     if drafter == "ngram" and tree is not None and tree.topk > 1:
         raise ValueError("drafter 'ngram' proposes chains only; drop --tree or use topk=1")
     if drafter in ("draft_model", "eagle3") and draft is None and spec.max_depth > 0:
@@ -204,6 +216,12 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
         from trtspec.runtime.drafters.ngram import NgramDrafter
 
         d: Drafter = NgramDrafter(device=device)
+    elif drafter == "mtp":
+        from trtspec.runtime.deepseek import load_mtp
+        from trtspec.runtime.drafters.mtp import MTPDrafter
+
+        d = MTPDrafter(load_mtp(target_dir, model, device=device, dtype=dtype, quant_activations=quant_activations),
+                       model)
     elif draft is None:
         d = _NoDrafter(device)
     elif drafter == "draft_model":

@@ -178,17 +178,23 @@ def _common_fields(cfg: dict) -> dict:
 
 
 def read_model_config(model_dir: str | Path) -> ModelConfig:
-    """Parse ``model_dir/config.json`` of a supported decoder; a clear error otherwise."""
+    """Parse ``model_dir/config.json`` of a supported decoder; a clear error otherwise. A DeepSeek-V3-layout
+    model gives a :class:`trtspec.runtime.deepseek_config.DeepseekConfig` (same basic fields)."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ModelFormatError(f"model directory {model_dir} does not exist")
     cfg = _read_json(model_dir / "config.json")
     archs = cfg.get("architectures") or []
+    if "DeepseekV3ForCausalLM" in archs:   # MLA + MoE + MTP layers: trtspec.runtime.deepseek
+        from trtspec.runtime.deepseek_config import read_deepseek_config
+
+        return read_deepseek_config(model_dir, cfg)
     arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
     if arch is None:
         raise ModelFormatError(
             f"{model_dir}: unsupported architecture {archs or cfg.get('model_type')!r}; supported: "
-            f"{', '.join(SUPPORTED_ARCHITECTURES)} (and {', '.join(EAGLE3_ARCHITECTURES)} as an eagle3 draft)")
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}, DeepseekV3ForCausalLM (and {', '.join(EAGLE3_ARCHITECTURES)} "
+            "as an eagle3 draft)")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ModelFormatError(f"{model_dir}: hidden_act {cfg['hidden_act']!r} is not supported (expected 'silu')")
     switches = dict(SUPPORTED_ARCHITECTURES[arch])

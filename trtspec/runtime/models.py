@@ -294,6 +294,10 @@ def load_model(model_dir: str | Path, *, device="cpu", dtype=torch.float32, quan
     """
     model_dir = Path(model_dir)
     cfg = read_model_config(model_dir)
+    if not isinstance(cfg, ModelConfig):   # the DeepSeek-V3 layout: MLA + MoE (trtspec.runtime.deepseek)
+        from trtspec.runtime.deepseek import load_deepseek
+
+        return load_deepseek(model_dir, device=device, dtype=dtype, quant_activations=quant_activations)
     qcfg = read_quant_config(model_dir)
     tensors = load_safetensors(model_dir)
     plan = info = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 VERIFY_METHODS = ("greedy", "sample", "block")
-DRAFTERS = ("draft_model", "ngram", "eagle3")
+DRAFTERS = ("draft_model", "ngram", "eagle3", "mtp")
 
 
 def tree_size(branching: int, depth: int) -> int:
