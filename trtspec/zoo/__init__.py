@@ -3,6 +3,10 @@
 ``demo_paths()`` gives the two Hugging Face directories, ``demo_draft("eagle3")`` the EAGLE-3 head
 trained for the target; ``python -m trtspec.zoo.train`` retrains all three (see ``MODEL_CARD.md`` next
 to this file for data, sizes and measured acceptance).
+
+The second demo target, ``deepseek_path()``, is in the DeepSeek-V3 layout (multi-head latent attention,
+mixture of experts, one MTP layer, drafter ``mtp``); ``python -m trtspec.zoo.train --arch deepseek-v3``
+retrains it (``DEEPSEEK_MODEL_CARD.md``).
 """
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from pathlib import Path
 ZOO_DIR = Path(__file__).resolve().parent
 DEMO_DIR = ZOO_DIR / "demo"
 MODEL_CARD = ZOO_DIR / "MODEL_CARD.md"
+DEEPSEEK_DIR = ZOO_DIR / "deepseek"
+DEEPSEEK_CARD = ZOO_DIR / "DEEPSEEK_MODEL_CARD.md"
 
 
 def demo_paths() -> tuple[Path, Path]:
@@ -23,6 +29,17 @@ def demo_paths() -> tuple[Path, Path]:
         if not (d / "config.json").is_file():
             raise FileNotFoundError(f"demo model missing: {d} has no config.json (retrain: python -m trtspec.zoo.train)")
     return target, draft
+
+
+def deepseek_path() -> Path:
+    """The DeepSeek-V3-layout demo target (one Hugging Face directory; its MTP layer drafts for it).
+
+    Raises FileNotFoundError naming the directory when the package was installed without it.
+    """
+    if not (DEEPSEEK_DIR / "config.json").is_file():
+        raise FileNotFoundError(f"demo DeepSeek-V3 target missing: {DEEPSEEK_DIR} has no config.json "
+                                "(retrain: python -m trtspec.zoo.train --arch deepseek-v3)")
+    return DEEPSEEK_DIR
 
 
 def demo_draft(drafter: str = "draft_model") -> Path | None:
@@ -45,17 +62,25 @@ def demo_draft(drafter: str = "draft_model") -> Path | None:
 
 
 def demo_pair(drafter: str = "draft_model") -> tuple[Path, Path | None]:
-    """``(target_dir, drafter_dir)``: the demo target and its drafter for ``drafter`` (see :func:`demo_draft`)."""
+    """``(target_dir, drafter_dir)``: the demo target and its drafter for ``drafter`` (see :func:`demo_draft`);
+    for ``mtp`` the DeepSeek-V3-layout target, whose MTP layer is in its own directory (drafter_dir None)."""
+    if drafter == "mtp":
+        return deepseek_path(), None
     return demo_paths()[0], demo_draft(drafter)
 
 
 def demo_acceptance_path(drafter: str = "draft_model") -> Path:
     """Acceptance profile (``trtspec.acceptance/v1`` JSON) measured for the demo target with ``drafter``
-    (``draft_model``: ``demo/acceptance.json``; ``eagle3``: ``demo/eagle3/acceptance.json``)."""
-    path = DEMO_DIR / ("eagle3" if drafter == "eagle3" else "") / "acceptance.json"
+    (``draft_model``: ``demo/acceptance.json``; ``eagle3``: ``demo/eagle3/acceptance.json``; ``mtp``: the
+    DeepSeek-V3-layout target's ``deepseek/acceptance.json``)."""
+    if drafter == "mtp":
+        path = DEEPSEEK_DIR / "acceptance.json"
+    else:
+        path = DEMO_DIR / ("eagle3" if drafter == "eagle3" else "") / "acceptance.json"
     if not path.is_file():
         raise FileNotFoundError(f"demo acceptance profile missing: {path}")
     return path
 
 
-__all__ = ["demo_paths", "demo_draft", "demo_pair", "demo_acceptance_path", "DEMO_DIR", "MODEL_CARD", "ZOO_DIR"]
+__all__ = ["demo_paths", "demo_draft", "demo_pair", "demo_acceptance_path", "deepseek_path", "DEMO_DIR", "MODEL_CARD",
+           "DEEPSEEK_DIR", "DEEPSEEK_CARD", "ZOO_DIR"]

@@ -3,6 +3,8 @@
     python -m trtspec.zoo.train            # full run into trtspec/zoo/demo (+ MODEL_CARD.md), ~75 min on 2 cores
                                            # (pair + measurements ~30 min, EAGLE-3 head ~40 min)
     python -m trtspec.zoo.train --smoke --out /tmp/zoo   # 20 tiny steps, for CI
+    python -m trtspec.zoo.train --arch deepseek-v3       # the second demo target (MLA, MoE, MTP) into
+                                                         # trtspec/zoo/deepseek: see trtspec.zoo.deepseek
 
 Stages: corpus split and byte-level BPE (:mod:`trtspec.zoo.data`) -> target (Llama, GQA) trained with
 next-token cross-entropy -> draft (shallow Llama, same tokenizer) trained with cross-entropy on the
@@ -324,6 +326,30 @@ def _tail(losses: list[float], n: int = 25) -> float | None:
     return sum(losses[-n:]) / len(losses[-n:]) if losses else None
 
 
+ARCHS = ("llama", "deepseek-v3")
+
+
+def _main_deepseek(p: argparse.ArgumentParser, args) -> int:
+    """``--arch deepseek-v3``: train the DeepSeek-V3-layout target (``--target-steps`` = its joint steps)."""
+    from . import DEEPSEEK_CARD, DEEPSEEK_DIR
+    from .deepseek import DeepseekTrainConfig, run as run_deepseek
+
+    if args.draft_steps is not None or args.distill_steps is not None or args.no_eagle3:
+        p.error("--draft-steps, --distill-steps and --no-eagle3 belong to --arch llama")
+    if args.smoke and args.out is None:
+        p.error("--smoke needs --out DIR (the smoke model must not replace the shipped one)")
+    cfg = DeepseekTrainConfig.smoke() if args.smoke else DeepseekTrainConfig()
+    if args.target_steps is not None:
+        cfg = replace(cfg, steps=args.target_steps)
+    out = args.out if args.out is not None else DEEPSEEK_DIR
+    card = DEEPSEEK_CARD if args.out is None else out.with_name(out.name + "_MODEL_CARD.md")
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
+    result = run_deepseek(cfg, out, card=card, log=log)
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from . import DEMO_DIR, MODEL_CARD
 
@@ -331,12 +357,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny 20-step run (CI); requires --out")
     p.add_argument("--out", type=Path, default=None,
                    help=f"output directory (default: the shipped {DEMO_DIR}, which also rewrites MODEL_CARD.md)")
-    p.add_argument("--target-steps", type=int, default=None, help="override TrainConfig.target_steps")
+    p.add_argument("--target-steps", type=int, default=None,
+                   help="override TrainConfig.target_steps (deepseek-v3: DeepseekTrainConfig.steps, the joint steps)")
     p.add_argument("--draft-steps", type=int, default=None, help="override TrainConfig.draft_steps")
     p.add_argument("--distill-steps", type=int, default=None, help="override TrainConfig.distill_steps")
     p.add_argument("--no-eagle3", action="store_true", help="do not train the EAGLE-3 head")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    p.add_argument("--arch", choices=ARCHS, default=ARCHS[0],
+                   help="llama: the demo pair (default); deepseek-v3: the MLA/MoE/MTP target (trtspec.zoo.deepseek)")
     args = p.parse_args(argv)
+    if args.arch == "deepseek-v3":
+        return _main_deepseek(p, args)
     cfg = TrainConfig.smoke() if args.smoke else TrainConfig()
     if args.no_eagle3:
         cfg = replace(cfg, eagle3=None)
