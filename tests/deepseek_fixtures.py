@@ -13,15 +13,22 @@ import torch
 from runtime_fixtures import VOCAB, byte_tokenizer
 
 
+#: NVFP4-ready dimensions: every in-feature a multiple of 16 (the NVFP4 block).
+QUANT_SHAPE = dict(hidden=64, heads=2, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
+                   v_head_dim=16, intermediate=64, moe_intermediate=32)
+
+
 def tiny_config(*, vocab: int = VOCAB, q_lora_rank: int | None = 24, layers: int = 3, first_dense: int = 1,
-                max_pos: int = 256, heads: int = 3):
-    """A small DeepseekV3Config with awkward sizes (3 heads, 6 experts in 3 groups, top-2 of 2 groups)."""
+                max_pos: int = 256, heads: int = 3, **shape):
+    """A small DeepseekV3Config with awkward sizes (3 heads, 6 experts in 3 groups, top-2 of 2 groups);
+    ``shape`` overrides other :class:`trtspec.zoo.deepseek.DeepseekShape` fields (e.g. :data:`QUANT_SHAPE`)."""
     from trtspec.zoo.deepseek import DeepseekShape, DeepseekTrainConfig, hf_config
 
-    shape = DeepseekShape(hidden=48, layers=layers, heads=heads, q_lora_rank=q_lora_rank, kv_lora_rank=20,
-                          qk_nope_head_dim=10, qk_rope_head_dim=6, v_head_dim=12, intermediate=64,
-                          moe_intermediate=16, first_k_dense=first_dense, n_routed_experts=6, n_shared_experts=1,
-                          experts_per_tok=2, n_group=3, topk_group=2, routed_scaling_factor=1.7)
+    dims = dict(hidden=48, heads=heads, q_lora_rank=q_lora_rank, kv_lora_rank=20, qk_nope_head_dim=10,
+                qk_rope_head_dim=6, v_head_dim=12, intermediate=64, moe_intermediate=16)
+    dims.update(shape)
+    shape = DeepseekShape(layers=layers, first_k_dense=first_dense, n_routed_experts=6, n_shared_experts=1,
+                          experts_per_tok=2, n_group=3, topk_group=2, routed_scaling_factor=1.7, **dims)
     cfg = DeepseekTrainConfig(max_position=max_pos, seq_len=min(64, max_pos), prompt_tokens=8, new_tokens=8,
                               max_draft_len=4)
     return hf_config(shape, cfg, eos_id=0, vocab_size=vocab)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import json
 import time
 import warnings
 from dataclasses import dataclass
@@ -126,6 +127,7 @@ def quantize_and_export(src: Path, quant: str, kv_cache_quant: str, batches: lis
     from transformers.utils import logging as hf_logging
 
     from trtspec.builder.calib import forward_loop
+    from trtspec.builder.mtp_layers import quant_cfg_overrides, reattach
 
     hf_logging.disable_progress_bar()
     model = load_model(src, device)
@@ -134,7 +136,9 @@ def quantize_and_export(src: Path, quant: str, kv_cache_quant: str, batches: lis
     with torch.no_grad():
         ref = model(input_ids=probe).logits.argmax(-1)
     loop = forward_loop(batches, device, vocab, progress)
+    source_config = json.loads((Path(src) / "config.json").read_text())
     cfg = modelopt_config(quant, kv_cache_quant)
+    cfg["quant_cfg"] = list(cfg["quant_cfg"]) + quant_cfg_overrides(source_config, quant)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mtq.quantize(model, cfg, loop)
@@ -154,4 +158,5 @@ def quantize_and_export(src: Path, quant: str, kv_cache_quant: str, batches: lis
         warnings.simplefilter("ignore")
         export_hf_checkpoint(model, dtype=model.dtype, export_dir=str(export_dir))
     del model
+    reattach(Path(src), export_dir, source_config)   # MTP layers: dropped by transformers, kept unquantized
     return QuantReport(quant, kv_cache_quant, time.perf_counter() - t0, len(batches), agreement, check)

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from trtspec.builder.draft_config import (BlockDraftConfig, DraftConfigError, DrafterFacts, read_block_draft,
                                           spellings)
 from trtspec.builder.engine_facts import engine_version
+from trtspec.builder.mtp_layers import MTP_IN_LAYERS, mtp_layer_ids
 from trtspec.builder.options import DRAFTERS_WITH_DRAFT, BuildOptions
 
 #: in-feature multiple each format needs (block / group size of its weight quantizer).
@@ -342,11 +343,15 @@ def validate(opts: BuildOptions) -> ValidatedInputs:
         vi.draft_layer_ids, vi.block_draft = _check_block_draft(target, draft, opts.drafter, opts.trtllm_version)
     elif opts.drafter == "mtp":
         vi.mtp_layers = _check_mtp(target)
-        if opts.quant != "none" or opts.kv_cache_quant != "none":
+        if (opts.quant != "none" or opts.kv_cache_quant != "none") and not mtp_layer_ids(target.config):
             raise BuildInputError(f"--quant {opts.quant} / --kv-cache-quant {opts.kv_cache_quant} with --drafter mtp: "
                                   "quantizing through Hugging Face transformers drops the MTP layers (they are not "
-                                  "part of the HF model); use --quant none --kv-cache-quant none with an MTP target "
-                                  "that is already quantized")
+                                  "part of the HF model) and trtspec restores them only for "
+                                  f"{', '.join(MTP_IN_LAYERS)} targets; use --quant none --kv-cache-quant none with "
+                                  "an MTP target that is already quantized")
+    if opts.kv_cache_quant != "none" and target.config.get("kv_lora_rank"):
+        raise BuildInputError(f"--kv-cache-quant {opts.kv_cache_quant}: the target uses multi-head latent attention "
+                              "(kv_lora_rank); an FP8 latent cache is not supported here (use --kv-cache-quant none)")
     check_quant_dims(target, opts.quant, "--quant")
     if not any((target.path / t).is_file() for t in ("tokenizer.json", "tokenizer.model")):
         raise BuildInputError(f"--target {target.path}: no tokenizer.json or tokenizer.model (needed for "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -162,6 +163,7 @@ def _eagle_arch(target: Architecture) -> Architecture:
     """A dense GQA layer of the target's width (EAGLE-3 / DFlash draft layers use a Llama-style layer)."""
     inter = target.intermediate or (target.moe.intermediate * target.moe.experts_per_token if target.moe else 4 * target.hidden)
     return Architecture(name=f"{target.name}-draft-layer", hidden=target.hidden, vocab=target.vocab,
-                        num_heads=target.num_heads, num_kv_heads=target.num_kv_heads if not target.mla else 8,
+                        num_heads=target.num_heads,
+                        num_kv_heads=target.num_kv_heads if not target.mla else math.gcd(8, target.num_heads),
                         head_dim=target.head_dim if not target.mla else 128, intermediate=inter,
                         blocks=(Block("attention", "dense"),))

@@ -409,12 +409,12 @@ def run(cfg: DeepseekTrainConfig, out: Path, card: Path | None = None, log=print
     model = DeepseekV3ForCausalLM(hf_config(cfg.shape, cfg, eos_id, tok.get_vocab_size()))
     mtp = _mtp_layer_class()(model.config, cfg.shape.layers)
     _init_(mtp, model.config.initializer_range)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     curves = train_joint(model, mtp, train_stream, cfg, log)
-    joint_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    joint_s, joint_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
     distill = distill_mtp(model, mtp, train_stream, cfg, log)
-    distill_s = time.perf_counter() - t0
+    distill_s, distill_cpu = time.perf_counter() - t0, time.process_time() - c0
     save_checkpoint(model, mtp, tok_dir, partial, cfg.save_dtype, eos_id)
     n_params = {"main": sum(p.numel() for p in model.parameters()), "mtp": sum(p.numel() for p in mtp.parameters())}
     train_info = {
@@ -427,6 +427,7 @@ def run(cfg: DeepseekTrainConfig, out: Path, card: Path | None = None, log=print
                              "mtp_distill_kl": _tail(distill) if distill else None},
         "expert_load_max_over_mean": {"first_25_steps": _head(curves["imbalance"]), "last_25_steps": _tail(curves["imbalance"])},
         "wall_s": {"joint": joint_s, "mtp_distill": distill_s, "train": time.perf_counter() - t_start},
+        "cpu_s": {"joint": joint_cpu, "mtp_distill": distill_cpu},
     }
     (partial / "training.json").write_text(json.dumps(train_info, indent=2) + "\n")
     del model, mtp

@@ -62,7 +62,8 @@ def _training_lines(c: dict, m: dict) -> list[str]:
         f"{load['first_25_steps']:.2f} over the first 25 steps, {load['last_25_steps']:.2f} over the last 25.",
         "",
         f"Training wall time: {w['train'] / 60:.1f} min; with measurement: {w.get('total', w['train']) / 60:.1f} min "
-        "(one thread of a shared, loaded machine).",
+        "(one thread of a shared, loaded machine)"
+        + (f"; CPU time of the two training stages: {sum(m['cpu_s'].values()) / 60:.1f} min." if m.get("cpu_s") else "."),
         "",
     ]
 

@@ -89,7 +89,7 @@ def acceptance_and_speed(model_dir: Path, prompts: list[list[int]], new_tokens: 
 
 
 TRAINING_KEYS = ("config", "corpus", "tokenizer", "params", "tokens_seen", "final_train_loss", "expert_load_max_over_mean",
-                 "wall_s")
+                 "wall_s", "cpu_s")
 
 
 def training_info(model_dir: Path) -> dict:
