@@ -32,7 +32,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=None, help="target model dir or bundle (default: the demo pair)")
     ap.add_argument("--draft", default=None, help="drafter weights dir (default: the demo's, per --drafter)")
-    ap.add_argument("--drafter", choices=["draft_model", "eagle3"], default="draft_model")
+    ap.add_argument("--drafter", choices=["draft_model", "eagle3", "mtp"], default="draft_model",
+                    help="mtp: the target's own MTP layer (default target: the DeepSeek-V3-layout demo)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--sweep", default="0..8", help="draft lengths, e.g. 0..8")

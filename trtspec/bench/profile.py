@@ -392,7 +392,7 @@ def profile_engine(target_dir: str | Path, draft_dir: str | Path, cfg: ProfileCo
     from trtspec.runtime import load_pipeline
 
     dtype = getattr(torch, cfg.dtype)
-    pipe = load_pipeline(str(target_dir), str(draft_dir), drafter=drafter, draft_len=max(max(cfg.tokens) - 1, 1),
+    pipe = load_pipeline(str(target_dir), None if draft_dir is None else str(draft_dir), drafter=drafter, draft_len=max(max(cfg.tokens) - 1, 1),
                          device=cfg.device, dtype=dtype)
     cells = {(b, t - 1): _EngineCell(with_draft_len(pipe, t - 1), b, t - 1, cfg.context_for(b), cfg)
              for b in cfg.batch_sizes for t in cfg.tokens}
@@ -430,7 +430,7 @@ def profile_pair(target_dir: str | Path, draft_dir: str | Path | None, cfg: Prof
              "method": cfg.method, "clock": cfg.clock}
     use_clock(cfg.clock, cfg.device)
     if cfg.method == "engine":
-        if draft_dir is None:
+        if draft_dir is None and drafter != "mtp":   # mtp drafts with the target's own MTP layer
             raise ValueError("method='engine' needs a draft model (it times speculative engine steps); "
                              "use method='forward' for the target alone")
         target, draft = profile_engine(target_dir, draft_dir, cfg, drafter=drafter, progress=progress)

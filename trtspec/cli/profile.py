@@ -31,8 +31,9 @@ def _csv(values) -> str:
               help="Target model directory or trtspec bundle [default: the demo pair's target].")
 @click.option("--draft", type=click.Path(path_type=Path), default=None,
               help="Drafter weights directory [default: the bundle's draft, or the demo's for --drafter].")
-@click.option("--drafter", type=click.Choice(["draft_model", "eagle3"]), default="draft_model", show_default=True,
-              help="What --draft holds: a draft model, or an EAGLE-3 head (profiled with --method engine).")
+@click.option("--drafter", type=click.Choice(["draft_model", "eagle3", "mtp"]), default="draft_model", show_default=True,
+              help="What --draft holds: a draft model, or an EAGLE-3 head (profiled with --method engine); mtp: "
+                   "the target's own MTP layer (no --draft; --method engine).")
 @click.option("--batch", "batch_sizes", default=_csv(_D.batch_sizes), callback=_ints, show_default=True,
               help="Batch sizes B to measure ('1,4,16' or '1..8').")
 @click.option("--tokens", default=_csv(_D.tokens), callback=_ints, show_default=True,
@@ -88,7 +89,7 @@ def profile(target, draft, drafter, batch_sizes, tokens, draft_tokens, context_l
     if drafter == "eagle3" and cfg.method != "engine":
         raise click.UsageError("--drafter eagle3: an EAGLE-3 head runs on the target's hidden states, so it is "
                                "profiled with --method engine (speculative steps), not --method forward")
-    if draft is None and cfg.method == "engine":
+    if draft is None and cfg.method == "engine" and drafter != "mtp":
         raise click.UsageError("--method engine needs --draft (it times speculative steps); or use --method forward")
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("profiling", total=grid_points(cfg, draft is not None))

@@ -93,7 +93,7 @@ class ReferenceBackend:
 
         draft_len, schedule = speculation(bundle, settings)
         draft = str(bundle.draft) if bundle.draft is not None and (draft_len or schedule) else None
-        drafter = bundle.drafter if draft is not None or bundle.drafter == "ngram" else "draft_model"
+        drafter = bundle.drafter if draft is not None or bundle.drafter in ("ngram", "mtp") else "draft_model"
         kwargs = dict(drafter=drafter, draft_len=draft_len, device=device, verify=settings.verify)
         if schedule:
             kwargs["draft_len_schedule"] = schedule
