@@ -17,6 +17,11 @@ int8_sq         INT8_SMOOTHQUANT_CFG        W8A8_SQ_PER_CHANNEL: int8 weights an
 export records as ``kv_cache_quant_algo: FP8``. NVFP4_AWQ_* configs are not offered: their AWQ
 search runs the NVFP4 fake-quant forward, which needs CUDA.
 
+A target with MTP layers in its checkpoint (DeepSeek-V3 layout) is quantized without them (transformers does
+not build them); :mod:`trtspec.builder.mtp_layers` copies them back unquantized into the export and excludes
+them, and for the NVFP4 formats leaves MLA's latent projections unquantized, as NVIDIA's DeepSeek NVFP4
+checkpoints do.
+
 On CPU, calibration works for every format above; the fake-quant forward *after* calibration
 works for all but the NVFP4 formats (Model-Optimizer: "amax must be a CUDA tensor for dynamic block
 quantization"), so the post-quantization check is skipped for them on CPU and says so.

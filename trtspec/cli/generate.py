@@ -58,7 +58,8 @@ def _default_pair(drafter: str) -> tuple[Path, Path | None]:
               help="Target model directory (Hugging Face: config.json, *.safetensors, tokenizer.json). "
                    "Default: the demo pair.")
 @click.option("--draft", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Draft model directory (draft_model) or EAGLE-3 head directory (eagle3).")
+              help="Draft model directory (draft_model) or EAGLE-3 head directory (eagle3); mtp and ngram take none "
+                   "(mtp drafts with the target's own MTP layer).")
 @click.option("--drafter", type=click.Choice(DRAFTERS), default="draft_model", show_default=True,
               help="Drafting mechanism.")
 @click.option("--draft-len", "draft_len", type=int, default=_P.draft_len, show_default=True,
