@@ -86,3 +86,18 @@ def test_mla_target_refuses_an_fp8_kv_cache_before_any_work(tmp_path, target):
     with pytest.raises(BuildInputError, match="--kv-cache-quant fp8: the target uses multi-head latent attention"):
         build(tmp_path, target, quant="fp8", kv_cache_quant="fp8")
     assert not (tmp_path / "bundle").exists()
+
+
+def test_acceptance_measure_runs_the_mtp_drafter_and_writes_its_profile(tmp_path, target):
+    opts = BuildOptions(target=target, drafter="mtp", out=tmp_path / "bundle", cache_dir=tmp_path / "cache",
+                        acceptance="measure", measure_prompts=1, measure_new_tokens=8)
+    seen = {}
+
+    def resolver(spec, **kw):
+        seen.update(kw)
+        return FakeRecipe()
+
+    res = pipeline.build(opts, quiet=True, recipe_resolver=resolver)
+    doc = json.loads((res.out / "acceptance.json").read_text())
+    assert doc["drafter"] == "mtp" and doc["num_steps"] > 0 and "drafter=mtp" in doc["source"]
+    assert seen["acceptance"].drafter == "mtp"
