@@ -19,9 +19,10 @@ QUANT_SHAPE = dict(hidden=64, heads=2, q_lora_rank=32, kv_lora_rank=32, qk_nope_
 
 
 def tiny_config(*, vocab: int = VOCAB, q_lora_rank: int | None = 24, layers: int = 3, first_dense: int = 1,
-                max_pos: int = 256, heads: int = 3, **shape):
+                max_pos: int = 256, heads: int = 3, rope: dict | None = None, **shape):
     """A small DeepseekV3Config with awkward sizes (3 heads, 6 experts in 3 groups, top-2 of 2 groups);
-    ``shape`` overrides other :class:`trtspec.zoo.deepseek.DeepseekShape` fields (e.g. :data:`QUANT_SHAPE`)."""
+    ``shape`` overrides other :class:`trtspec.zoo.deepseek.DeepseekShape` fields (e.g. :data:`QUANT_SHAPE`);
+    ``rope`` replaces ``rope_parameters`` (e.g. DeepSeek-V3's YaRN)."""
     from trtspec.zoo.deepseek import DeepseekShape, DeepseekTrainConfig, hf_config
 
     dims = dict(hidden=48, heads=heads, q_lora_rank=q_lora_rank, kv_lora_rank=20, qk_nope_head_dim=10,
@@ -31,7 +32,10 @@ def tiny_config(*, vocab: int = VOCAB, q_lora_rank: int | None = 24, layers: int
                           experts_per_tok=2, n_group=3, topk_group=2, routed_scaling_factor=1.7, **dims)
     cfg = DeepseekTrainConfig(max_position=max_pos, seq_len=min(64, max_pos), prompt_tokens=8, new_tokens=8,
                               max_draft_len=4)
-    return hf_config(shape, cfg, eos_id=0, vocab_size=vocab)
+    config = hf_config(shape, cfg, eos_id=0, vocab_size=vocab)
+    if rope is not None:
+        config.rope_parameters = rope
+    return config
 
 
 def randomize_(module: torch.nn.Module, g: torch.Generator, std: float) -> None:

@@ -200,12 +200,17 @@ def test_router_picks_only_from_the_best_groups_and_weights_ignore_the_bias():
 
 # ------------------------------------------------------------------ the whole decoder
 
-def test_decoder_logits_equal_transformers_with_ragged_prompts(tmp_path):
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+        "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}   # DeepSeek-V3's kind, scaled down
+
+
+@pytest.mark.parametrize("rope", [None, YARN], ids=["default", "yarn"])
+def test_decoder_logits_equal_transformers_with_ragged_prompts(tmp_path, rope):
     from transformers import AutoModelForCausalLM
 
     from trtspec.runtime.models import load_model
 
-    d = make_deepseek(tmp_path / "ds", seed=4)
+    d = make_deepseek(tmp_path / "ds", seed=4, rope=rope)
     hf = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     rt = load_model(d)
     assert type(rt).__name__ == "DeepseekTransformer" and rt.quant is None
