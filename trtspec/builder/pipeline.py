@@ -40,11 +40,13 @@ class BuildResult:
 
 
 def demo_options(opts: BuildOptions) -> BuildOptions:
-    """Fill target/draft/acceptance from the demo pair (``trtspec.zoo.demo_paths()``) when no target is given."""
+    """Fill target/draft/acceptance from the demo pair (``trtspec.zoo.demo_paths()``; for ``--drafter mtp`` the
+    DeepSeek-V3-layout demo, ``trtspec.zoo.deepseek_path()``) when no target is given."""
     if opts.target is not None:
         return opts
-    if opts.drafter not in ("draft_model", "eagle3"):
-        raise ValueError("--target is required unless building the demo pair (--drafter draft_model or eagle3)")
+    if opts.drafter not in ("draft_model", "eagle3", "mtp"):
+        raise ValueError("--target is required unless building the demo pair (--drafter draft_model or eagle3) or "
+                         "the DeepSeek-V3-layout demo (--drafter mtp)")
     try:
         from trtspec.zoo import demo_acceptance_path, demo_pair
         target, demo_drafter = demo_pair(opts.drafter)
@@ -52,7 +54,7 @@ def demo_options(opts: BuildOptions) -> BuildOptions:
         acc = demo_acceptance_path(opts.drafter)
     except (ImportError, FileNotFoundError) as e:
         raise ValueError(f"--target not given and the demo pair is not available ({e})") from None
-    update: dict[str, Any] = {"target": Path(target), "draft": Path(draft)}
+    update: dict[str, Any] = {"target": Path(target), "draft": None if draft is None else Path(draft)}
     if opts.acceptance is None and acc.is_file():
         update["acceptance"] = str(acc)
     return opts.model_copy(update=update)
