@@ -76,6 +76,9 @@ def write_model_card(demo_dir: Path, card: Path) -> None:
         "exercise speculative decoding with real (not random) acceptance. It is not a general assistant; "
         "the chat special tokens exist in the tokenizer but no chat data was used.",
         "",
+        "The second demo target, in the DeepSeek-V3 layout (MLA, MoE, one MTP layer; same data and tokenizer), has "
+        "its own card: `DEEPSEEK_MODEL_CARD.md`.",
+        "",
         "## Data",
         f"- Python {corpus['python']}, standard library at `{corpus['stdlib_root']}` (`*.py`), excluding "
         f"directories {', '.join(f'`{x}`' for x in corpus['excluded_dirs'])} and `_sysconfigdata*` files.",
