@@ -72,6 +72,13 @@ def default_resolver(spec: str, *, draft=None, draft_quant="none", **kw):
     except ImportError as e:
         raise RuntimeError(f"the recipe layer (trtspec.recipes.api) is not available: {e}") from None
     draft_len = kw.pop("draft_len", None)  # a drafter with one possible D (DSpark: its block) plans only that D
+    cap = kw.pop("max_draft_len", None)  # a drafter with a largest D (DFlash: block_size - 1) searches up to it
+    if cap is not None and spec == "auto":
+        req = api.build_request(model=kw["model"], gpu=kw["gpu"], drafters=kw["drafter"], acceptance=kw["acceptance"],
+                                tp=kw["tp"], quant=kw["quant"], context=kw["context"], calibration=kw["calibration"],
+                                max_batch_size=kw["max_batch_size"], max_draft_len=cap)
+        return api.recipe_from_plan(api.plan(req), model_label=Path(kw["model"]).name,
+                                    max_batch_size=kw["max_batch_size"])
     if draft_len is not None and spec == "auto":
         req = api.build_request(model=kw["model"], gpu=kw["gpu"], drafters=kw["drafter"], acceptance=kw["acceptance"],
                                 tp=kw["tp"], quant=kw["quant"], context=kw["context"], calibration=kw["calibration"],
@@ -222,6 +229,8 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                 kw["acceptance"] = measured.profile
             if vi.fixed_draft_len:  # DSpark: D is the checkpoint's block size
                 kw["draft_len"] = vi.fixed_draft_len
+            elif vi.draft_len_cap:  # DFlash: D at most block_size - 1, in the planner's schedule too
+                kw["max_draft_len"] = vi.draft_len_cap
             try:
                 recipe = recipe_resolver(opts.recipe, **kw)
             except ValueError as e:
