@@ -264,3 +264,13 @@ def test_dflash_auto_recipe_is_planned_up_to_block_minus_one(tmp_path, monkeypat
                         acceptance="rates=0.6,0.5,0.4")
     res = pipeline.build(opts, quiet=True, dry_run=True, recipe_resolver=resolver)
     assert seen == [3] and res.plan["recipe"]["max_draft_len"] == 3
+
+
+def test_expert_parallel_on_a_dense_target_is_refused_at_validate(tmp_path):
+    from trtspec.zoo import demo_pair
+
+    target, draft = demo_pair("draft_model")
+    opts = BuildOptions(target=Path(target), draft=Path(draft), tp=2, ep=2, out=tmp_path / "o")
+    with pytest.raises(BuildInputError, match=r"--ep 2: the target has no MoE experts \(its config.json states none "
+                                              r"of num_local_experts, num_experts, n_routed_experts\)"):
+        validate(opts)

@@ -42,7 +42,7 @@ CASES = {
     "dspark": dict(drafter="dspark", acceptance=RATES),
     "dspark-adaptive": dict(drafter="dspark", acceptance=RATES, speculation="adaptive", verify="block"),
     "dflash": dict(drafter="dflash", acceptance=RATES),
-    "draft_model-ep": dict(drafter="draft_model", tp=2, ep=2),
+    "draft_model-ep": dict(drafter="draft_model", tp=2, ep=2, quant="none", acceptance=RATES),  # MoE target below
 }
 
 
@@ -65,6 +65,18 @@ def block_draft(root: Path, drafter: str) -> Path:
     return root
 
 
+def moe_target(root: Path) -> Path:
+    """The demo target's files under a Mixtral config (4 routed experts, top-2): the engines' config code reads
+    config.json only, and expert parallelism needs experts to spread (built with --quant none: the weights are the
+    dense demo's)."""
+    target, _ = demo_pair("draft_model")
+    shutil.copytree(target, root)
+    cfg = json.loads((root / "config.json").read_text())
+    cfg.update(architectures=["MixtralForCausalLM"], model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
+    (root / "config.json").write_text(json.dumps(cfg, indent=1))
+    return root
+
+
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory) -> dict[str, Path]:
     """Every case built once with the real pipeline (planner, Model-Optimizer FP8, emitters)."""
@@ -77,6 +89,8 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
             kw["target"] = Path(target)
         if kw["drafter"] in ("dflash", "dspark"):
             kw["draft"] = block_draft(root / f"{name}-draft", kw["drafter"])
+        if kw.get("ep", 1) > 1:
+            kw.update(target=moe_target(root / f"{name}-target"), draft=Path(demo_pair("draft_model")[1]))
         opts = BuildOptions(out=root / name, cache_dir=root / "cache", max_batch_size=64, calib_samples=4,
                             calib_seq_len=64, **kw)
         pipeline.build(opts, quiet=True)

@@ -337,9 +337,26 @@ def check_disk(opts: BuildOptions, need: int) -> None:
                               f"{free / 2**30:.2f} GiB")
 
 
+#: config.json keys that state a MoE target's routed experts (Mixtral / Qwen-MoE / DeepSeek layouts).
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def _check_experts(target: Checkpoint, ep: int) -> None:
+    """``--ep`` > 1 needs routed experts to spread (vLLM refuses expert parallelism on a dense model: "Number of
+    experts in the model must be greater than 0 when expert parallelism is enabled")."""
+    n = next((target.config[k] for k in EXPERT_KEYS if target.config.get(k)), None)
+    if n is None:
+        raise BuildInputError(f"--ep {ep}: the target has no MoE experts (its config.json states none of "
+                              f"{', '.join(EXPERT_KEYS)}); expert parallelism needs a MoE target, use --ep 1")
+    if int(n) % ep:
+        raise BuildInputError(f"--ep {ep}: the target's {n} routed experts do not split evenly over {ep} GPUs")
+
+
 def validate(opts: BuildOptions) -> ValidatedInputs:
     """Run every check of stage 1; raise :class:`BuildInputError` on the first failure."""
     target = load_checkpoint(opts.target, "--target")
+    if opts.ep > 1:
+        _check_experts(target, opts.ep)
     if opts.tp > 1 and (target.config.get("num_attention_heads") or 1) % opts.tp:
         raise BuildInputError(f"--tp {opts.tp}: the target's {target.config.get('num_attention_heads')} attention "
                               "heads do not split evenly")
