@@ -1,0 +1,255 @@
+"""Fitting a deployment's engine figures to its own measured points, regularised toward the corpus fit.
+
+The parameter vector is the engine profile (``trtspec.recipes.engines.EngineProfile``) of the deployment's engine:
+every prediction goes through the planner's own step prices (``trtspec.recipes.fidelity.steps``, the same
+``_Evaluator`` that ``trtspec plan`` runs) with a profile whose figures are replaced, so a change of the cost model
+changes the fit with it. Fitted (``parameter_specs``), each where the points can inform it:
+
+* ``kernel_scale`` -- a factor on every kernel-priced part of a step (the deployment's kernels against the measured
+  tables: other engine versions, clocks, power caps);
+* ``step_us`` -- the fixed cost of every target forward;
+* the speculative step's fixed costs that the corpus fit uses (``spec_step_us`` / ``spec_layer_us`` /
+  ``spec_request_us``, those with a non-zero corpus value), the drafter's fixed cost (``draft_forward_us``, or
+  ``lookup_us`` for host-side drafters) and ``verify_split`` -- only when some point speculates (D >= 1).
+
+Maximum a posteriori with Gaussian priors: each overhead and the kernel scale in log space around the engine
+file's value (the corpus fit; 1 for the scale), ``verify_split`` in [0, 1] around its file value, widths
+``FitSettings``; each measured figure (tokens/s, or a speedup) has a log-normal error of ``noise_sd``. Solved with
+``scipy.optimize.least_squares`` on the stacked, whitened residuals (data and prior); the parameters' standard
+deviations come from the Gauss-Newton covariance ``(J^T J)^-1`` at the optimum (Laplace approximation), and each
+prediction's from the same covariance. With fewer points than parameters the prior decides what the data cannot
+(two points at one batch size cannot tell ``step_us`` from ``kernel_scale``).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from trtspec.recipes.errors import CalibrationError
+
+SPEC_OVERHEADS = ("spec_step_us", "spec_layer_us", "spec_request_us")
+LOG_BOUND = 5.0  # a log-space parameter stays within e^-5 .. e^5 of its prior
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """Prior widths and the measurement error (log space: 0.2 = about 20%).
+
+    ``noise_sd`` 0.03: run-to-run scatter of serving benchmarks (published repeats agree within a few percent);
+    ``kernel_scale_sd`` 0.2: measured kernel tables against another engine build or clock; ``step_sd`` 0.5 and
+    ``spec_sd`` 0.7: fixed host costs differ by engine version and scheduler settings by a factor 1.5-2 (the corpus
+    fit's per-engine figures span 760-1350 us per step); ``split_sd`` 0.3: the verification rule's share, a
+    fraction."""
+
+    noise_sd: float = 0.03
+    kernel_scale_sd: float = 0.2
+    step_sd: float = 0.5
+    spec_sd: float = 0.7
+    split_sd: float = 0.3
+
+    def __post_init__(self):
+        for name in ("noise_sd", "kernel_scale_sd", "step_sd", "spec_sd", "split_sd"):
+            if not getattr(self, name) > 0:
+                raise CalibrationError(f"{name} must be > 0, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One fitted figure: its prior (engine units: microseconds, a factor, a fraction), prior width (log-space for
+    ``space='log'``) and bounds for the linear ones."""
+
+    name: str
+    prior: float
+    prior_sd: float
+    space: str = "log"
+    low: float = 0.0
+    high: float = 1.0
+
+    def value(self, theta: float) -> float:
+        return self.prior * math.exp(theta) if self.space == "log" else theta
+
+    @property
+    def start(self) -> float:
+        return 0.0 if self.space == "log" else self.prior
+
+    def sd(self, theta: float, theta_sd: float) -> float:
+        """The figure's standard deviation in its own units (delta method for the log-space ones)."""
+        return self.value(theta) * theta_sd if self.space == "log" else theta_sd
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured figure: ``case`` a ``trtspec.recipes.fidelity.CaseSetup`` (the request at one batch, drafter,
+    D, nodes, width and AL), ``figure`` ``tokens_per_s`` (aggregate: B * AL / step) or ``speedup`` (AL * step(D=0)
+    / step), ``value`` what was measured."""
+
+    case: object
+    figure: str
+    value: float
+    label: str = ""
+
+    def __post_init__(self):
+        if self.figure not in ("tokens_per_s", "speedup") or not self.value > 0:
+            raise CalibrationError(f"{self.label}: figure must be tokens_per_s or speedup with a value > 0")
+
+
+def predict(obs: Observation, pricer) -> float:
+    """The planner's figure for ``obs`` priced by ``pricer`` (a ``trtspec.recipes.pricing.Pricer``)."""
+    from trtspec.recipes.fidelity import steps
+
+    s0, sd = steps(obs.case, pricer)
+    c = obs.case
+    return c.case.batch * c.al / sd if obs.figure == "tokens_per_s" else c.al * s0 / sd
+
+
+def parameter_specs(prior, drafter_class: str, speculates: bool, settings: FitSettings) -> list:
+    """What the points can inform (module docstring), with the priors of ``prior`` (an ``EngineProfile``)."""
+    us = prior.params_us()
+    out = [ParamSpec("kernel_scale", prior.kernel_scale, settings.kernel_scale_sd),
+           ParamSpec("step_us", us["step_us"], settings.step_sd)]
+    if speculates:
+        out += [ParamSpec(k, us[k], settings.spec_sd) for k in SPEC_OVERHEADS if k in us]
+        out.append(ParamSpec("lookup_us" if drafter_class == "lookup" else "draft_forward_us",
+                             us["lookup_us" if drafter_class == "lookup" else "draft_forward_us"], settings.spec_sd))
+        out.append(ParamSpec("verify_split", prior.verify_split, settings.split_sd, "linear", 0.0, 1.0))
+    return [p for p in out if p.space == "linear" or p.prior > 0]
+
+
+@dataclass
+class FitResult:
+    """``profile``: the fitted ``EngineProfile``; ``parameters``: name -> {value, sd, prior, prior_sd, space,
+    fitted} for every figure of the profile; ``before`` / ``after`` / ``after_sd``: per observation, the predicted
+    figure with the prior and the fitted profile and the relative sd of the latter; ``summary``: the fit's
+    figures."""
+
+    profile: object
+    parameters: dict
+    before: list
+    after: list
+    after_sd: list
+    summary: dict = field(default_factory=dict)
+
+
+def _errors(pred: list, obs: list) -> list:
+    return [p / o.value - 1.0 for p, o in zip(pred, obs)]
+
+
+def fit(observations: list, prior, drafter_class: str, settings: FitSettings = FitSettings()) -> FitResult:
+    """MAP fit of ``prior`` (an ``EngineProfile``) to ``observations`` (module docstring)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    from trtspec.recipes.optimizer import request_pricer
+    from trtspec.recipes.pricing import Pricer
+
+    if not observations:
+        raise CalibrationError("no measured point to fit")
+    bases = [request_pricer(o.case.request) for o in observations]
+    if any(b is None for b in bases):
+        raise CalibrationError("a calibration fits the perf-db pricing's engine figures; the points' requests have "
+                               "no pricer (--pricing roofline or a cost table)")
+    specs = parameter_specs(prior, drafter_class, any(o.case.draft_len > 0 for o in observations), settings)
+    measured = np.log([o.value for o in observations])
+
+    def profile_of(theta):
+        return prior.with_params(**{p.name: p.value(t) for p, t in zip(specs, theta)})
+
+    def predictions(profile):
+        return [predict(o, Pricer(b.gpu, profile, b.db, b.note)) for o, b in zip(observations, bases)]
+
+    def resid(theta):
+        data = (np.log(predictions(profile_of(theta))) - measured) / settings.noise_sd
+        return np.concatenate([data, [(t - p.start) / p.prior_sd for p, t in zip(specs, theta)]])
+
+    x0 = np.array([p.start for p in specs])
+    low = np.array([-LOG_BOUND if p.space == "log" else p.low for p in specs])
+    high = np.array([LOG_BOUND if p.space == "log" else p.high for p in specs])
+    res = least_squares(resid, x0, bounds=(low, high), x_scale=np.array([p.prior_sd for p in specs]),
+                        diff_step=1e-4, method="trf")
+    cov = np.linalg.pinv(res.jac.T @ res.jac)
+    theta_sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    profile = profile_of(res.x)
+    before, after = predictions(prior), predictions(profile)
+    grad = res.jac[: len(observations)] * settings.noise_sd  # d log(prediction) / d theta
+    after_sd = [float(math.sqrt(max(g @ cov @ g, 0.0))) for g in grad]
+    return FitResult(profile, _parameters(prior, profile, specs, res.x, theta_sd), before, after, after_sd,
+                     _summary(observations, specs, before, after, res, settings))
+
+
+def _parameters(prior, profile, specs, theta, theta_sd) -> dict:
+    from trtspec.recipes.engines import SCALE, SPLIT
+
+    fitted = {p.name: (p, t, s) for p, t, s in zip(specs, theta, theta_sd)}
+    values = {**profile.params_us(), SPLIT: profile.verify_split, SCALE: profile.kernel_scale}
+    priors = {**prior.params_us(), SPLIT: prior.verify_split, SCALE: prior.kernel_scale}
+    out = {}
+    for name in (SCALE, *profile.params_us(), SPLIT):
+        if name in fitted:
+            p, t, s = fitted[name]
+            out[name] = {"value": _round(values[name]), "sd": _round(p.sd(t, s)), "prior": _round(priors[name]),
+                         "prior_sd": p.prior_sd, "space": p.space, "fitted": True}
+        else:
+            out[name] = {"value": _round(values[name]), "sd": 0.0, "prior": _round(priors[name]), "prior_sd": None,
+                         "space": None, "fitted": False}
+    return out
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def _summary(observations, specs, before, after, res, settings) -> dict:
+    eb, ea = _errors(before, observations), _errors(after, observations)
+
+    def rms(e):
+        return math.sqrt(sum(math.log1p(x) ** 2 for x in e) / len(e))
+
+    return {"points": len(observations), "fitted": [p.name for p in specs], "noise_sd": settings.noise_sd,
+            "median_abs_error_before": _round(statistics.median(abs(x) for x in eb)),
+            "median_abs_error_after": _round(statistics.median(abs(x) for x in ea)),
+            "max_abs_error_after": _round(max(abs(x) for x in ea)),
+            "rms_log_error_before": _round(rms(eb)), "rms_log_error_after": _round(rms(ea)),
+            "converged": bool(res.success), "evaluations": int(res.nfev), "message": str(res.message)}
+
+
+# ---- a deployment's points ------------------------------------------------------------------------------------------
+
+def observations(deployment) -> list:
+    """One ``Observation`` per measured point of a ``trtspec.recipes.user_calibration.Deployment``."""
+    from trtspec.recipes.acceptance import AcceptanceProfile
+    from trtspec.recipes.fidelity import CaseSetup
+    from trtspec.recipes.optimizer import PlanRequest
+
+    s = deployment.setup
+    arch, gpu, spec = s.resolve()
+    dummy = AcceptanceProfile(rates=(0.5,), source="calibration: each point's measured AL is used directly")
+    out = []
+    for p in deployment.points:
+        req = PlanRequest(model=arch, gpu=gpu, drafters=(spec,), acceptance={spec.kind: dummy}, tp=s.tp, ep=s.ep,
+                          quant=s.quant, batches=(p.batch,), context=s.context if p.context is None else p.context,
+                          max_draft_len=max(16, p.draft_len), engine=s.engine)
+        nodes = p.tree_nodes + 1 if p.tree_nodes else p.draft_len + 1
+        case = CaseSetup(p, req, spec, p.draft_len, nodes, (p.topk or 1) if p.tree_nodes else 1, p.al)
+        out.append(Observation(case, p.figure, p.value, p.where))
+    return out
+
+
+def calibrate(deployment, settings: FitSettings = FitSettings()):
+    """Fit ``deployment`` (its setup's engine file as the prior) into a ``DeploymentCalibration`` (unsaved)."""
+    from trtspec import __version__
+    from trtspec.recipes.engines import load_engine
+    from trtspec.recipes.recipe import now_utc
+    from trtspec.recipes.user_calibration import DeploymentCalibration
+
+    obs = observations(deployment)
+    prior = load_engine(deployment.setup.engine)
+    result = fit(obs, prior, obs[0].case.drafter.drafter_class, settings)
+    points = []
+    for o, b, a, sd in zip(obs, result.before, result.after, result.after_sd):
+        points.append({**o.case.case.to_dict(), "predicted_before": _round(b), "predicted_after": _round(a),
+                       "predicted_after_rel_sd": _round(sd), "error_before": _round(b / o.value - 1.0),
+                       "error_after": _round(a / o.value - 1.0), "where": o.label})
+    summary = {**result.summary, "prior": f"recipes/engines/{prior.name}.yaml (the corpus fit)"}
+    return DeploymentCalibration(deployment.setup, result.parameters, points, summary, list(deployment.inputs),
+                                 now_utc(), f"trtspec {__version__} calibrate")
