@@ -325,3 +325,20 @@ def test_build_plans_with_the_calibration_and_says_so(tmp_path):
         pipeline.build(opts.model_copy(update={"tp": 2}), dry_run=True, quiet=True)
     with pytest.raises(ValueError, match="--calibration applies to --recipe auto"):
         BuildOptions(target=target, draft=draft, recipe="some-book-recipe", calibration=cal)
+
+
+def test_a_shared_unknown_al_is_fitted_with_the_figures(truth):
+    """A published batch sweep at one D that states no AL: the AL is fitted too (bench_calibration.py)."""
+    import dataclasses
+
+    from trtspec.recipes.errors import CalibrationError
+
+    dep = synthetic(truth, [(1, 0), (1, 3), (64, 0), (64, 3)], noise=0.0)
+    obs = [dataclasses.replace(o, case=dataclasses.replace(o.case, al=1.0)) for o in observations(dep)]  # AL unknown
+    res = fit(obs, load_engine("vllm"), "sequential", free_al=True)
+    assert res.al == pytest.approx(al(3), rel=0.02)
+    assert 1.0 <= res.al_before <= 4.0 and res.summary["shared_al"]["after"] == pytest.approx(res.al, rel=1e-5)
+    assert res.summary["median_abs_error_after"] < 0.02
+    mixed = observations(synthetic(truth, [(1, 2), (1, 3)]))
+    with pytest.raises(CalibrationError, match="shared unknown AL needs every speculative point at one D"):
+        fit(mixed, load_engine("vllm"), "sequential", free_al=True)

@@ -19,9 +19,14 @@ file's value (the corpus fit; 1 for the scale), ``verify_split`` in [0, 1] aroun
 deviations come from the Gauss-Newton covariance ``(J^T J)^-1`` at the optimum (Laplace approximation), and each
 prediction's from the same covariance. With fewer points than parameters the prior decides what the data cannot
 (two points at one batch size cannot tell ``step_us`` from ``kernel_scale``).
+
+For validation on published batch sweeps that state no AL (``benchmarks/bench_calibration.py``), ``fit(...,
+free_al=True)`` also fits one AL shared by every speculative point (all at one D), bounded by [1, D+1]; a user's own
+points always carry their measured AL.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -121,7 +126,8 @@ class FitResult:
     """``profile``: the fitted ``EngineProfile``; ``parameters``: name -> {value, sd, prior, prior_sd, space,
     fitted} for every figure of the profile; ``before`` / ``after`` / ``after_sd``: per observation, the predicted
     figure with the prior and the fitted profile and the relative sd of the latter; ``summary``: the fit's
-    figures."""
+    figures; ``al`` / ``al_before``: with ``free_al``, the fitted shared AL with the fitted figures and with the
+    prior's."""
 
     profile: object
     parameters: dict
@@ -129,52 +135,104 @@ class FitResult:
     after: list
     after_sd: list
     summary: dict = field(default_factory=dict)
+    al: float | None = None
+    al_before: float | None = None
 
 
 def _errors(pred: list, obs: list) -> list:
     return [p / o.value - 1.0 for p, o in zip(pred, obs)]
 
 
-def fit(observations: list, prior, drafter_class: str, settings: FitSettings = FitSettings()) -> FitResult:
-    """MAP fit of ``prior`` (an ``EngineProfile``) to ``observations`` (module docstring)."""
-    import numpy as np
-    from scipy.optimize import least_squares
+class _Problem:
+    """The stacked residuals of one fit: the data's (log prediction - log measured) / noise and each parameter's
+    prior; the last parameter is the shared AL when ``free_al``."""
 
-    from trtspec.recipes.optimizer import request_pricer
-    from trtspec.recipes.pricing import Pricer
+    def __init__(self, observations, prior, specs, settings, free_al: bool):
+        import numpy as np
+
+        from trtspec.recipes.optimizer import request_pricer
+
+        self.obs, self.prior, self.specs, self.settings = observations, prior, specs, settings
+        self.bases = [request_pricer(o.case.request) for o in observations]
+        if any(b is None for b in self.bases):
+            raise CalibrationError("a calibration fits the perf-db pricing's engine figures; the points' requests "
+                                   "have no pricer (--pricing roofline or a cost table)")
+        self.measured = np.log([o.value for o in observations])
+        self.max_al = None
+        if free_al:
+            shapes = {(o.case.draft_len, o.case.nodes, o.case.topk) for o in observations if o.case.draft_len > 0}
+            if len(shapes) != 1:
+                raise CalibrationError("a shared unknown AL needs every speculative point at one D and tree")
+            self.max_al = float(shapes.pop()[0] + 1)
+
+    def profile(self, theta):
+        return self.prior.with_params(**{p.name: p.value(t) for p, t in zip(self.specs, theta)})
+
+    def al(self, theta):
+        return float(theta[len(self.specs)]) if self.max_al is not None else None
+
+    def predictions(self, profile, al=None) -> list:
+        from trtspec.recipes.pricing import Pricer
+
+        out = []
+        for o, b in zip(self.obs, self.bases):
+            shared = al is not None and o.case.draft_len > 0
+            obs = dataclasses.replace(o, case=dataclasses.replace(o.case, al=al)) if shared else o
+            out.append(predict(obs, Pricer(b.gpu, profile, b.db, b.note)))
+        return out
+
+    def resid(self, theta):
+        import numpy as np
+
+        data = (np.log(self.predictions(self.profile(theta), self.al(theta))) - self.measured) / self.settings.noise_sd
+        return np.concatenate([data, [(t - p.start) / p.prior_sd for p, t in zip(self.specs, theta)]])
+
+    def start_al(self) -> float:
+        """The AL that matches the data's median with the prior's figures (AL scales every speculative figure)."""
+        pred = self.predictions(self.prior, 1.0)
+        ratios = [o.value / p for o, p in zip(self.obs, pred) if o.case.draft_len > 0]
+        return min(max(statistics.median(ratios), 1.0), self.max_al)
+
+    def solve(self, al0: float | None = None):
+        import numpy as np
+        from scipy.optimize import least_squares
+
+        x0 = [p.start for p in self.specs] + ([al0] if self.max_al is not None else [])
+        low = [-LOG_BOUND if p.space == "log" else p.low for p in self.specs] + [1.0] * (self.max_al is not None)
+        high = [LOG_BOUND if p.space == "log" else p.high for p in self.specs] + [self.max_al] * (self.max_al is not None)
+        scale = [p.prior_sd for p in self.specs] + [0.5] * (self.max_al is not None)
+        return least_squares(self.resid, np.array(x0), bounds=(np.array(low), np.array(high)),
+                             x_scale=np.array(scale), diff_step=1e-4, method="trf")
+
+
+def fit(observations: list, prior, drafter_class: str, settings: FitSettings = FitSettings(),
+        free_al: bool = False) -> FitResult:
+    """MAP fit of ``prior`` (an ``EngineProfile``) to ``observations`` (module docstring). ``free_al``: the
+    speculative points' AL is unknown but shared (a published batch sweep at one D that states no AL): it is fitted
+    with the figures (bounded by [1, D+1], no prior), and ``before`` uses the AL fitted with the prior's figures."""
+    import numpy as np
 
     if not observations:
         raise CalibrationError("no measured point to fit")
-    bases = [request_pricer(o.case.request) for o in observations]
-    if any(b is None for b in bases):
-        raise CalibrationError("a calibration fits the perf-db pricing's engine figures; the points' requests have "
-                               "no pricer (--pricing roofline or a cost table)")
     specs = parameter_specs(prior, drafter_class, any(o.case.draft_len > 0 for o in observations), settings)
-    measured = np.log([o.value for o in observations])
-
-    def profile_of(theta):
-        return prior.with_params(**{p.name: p.value(t) for p, t in zip(specs, theta)})
-
-    def predictions(profile):
-        return [predict(o, Pricer(b.gpu, profile, b.db, b.note)) for o, b in zip(observations, bases)]
-
-    def resid(theta):
-        data = (np.log(predictions(profile_of(theta))) - measured) / settings.noise_sd
-        return np.concatenate([data, [(t - p.start) / p.prior_sd for p, t in zip(specs, theta)]])
-
-    x0 = np.array([p.start for p in specs])
-    low = np.array([-LOG_BOUND if p.space == "log" else p.low for p in specs])
-    high = np.array([LOG_BOUND if p.space == "log" else p.high for p in specs])
-    res = least_squares(resid, x0, bounds=(low, high), x_scale=np.array([p.prior_sd for p in specs]),
-                        diff_step=1e-4, method="trf")
+    problem = _Problem(observations, prior, specs, settings, free_al)
+    al_before = None
+    if free_al:
+        alone = _Problem(observations, prior, [], settings, True)
+        al_before = float(alone.solve(alone.start_al()).x[0])
+    res = problem.solve(al_before)
     cov = np.linalg.pinv(res.jac.T @ res.jac)
     theta_sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    profile = profile_of(res.x)
-    before, after = predictions(prior), predictions(profile)
+    profile = problem.profile(res.x)
+    before, after = problem.predictions(prior, al_before), problem.predictions(profile, problem.al(res.x))
     grad = res.jac[: len(observations)] * settings.noise_sd  # d log(prediction) / d theta
     after_sd = [float(math.sqrt(max(g @ cov @ g, 0.0))) for g in grad]
-    return FitResult(profile, _parameters(prior, profile, specs, res.x, theta_sd), before, after, after_sd,
-                     _summary(observations, specs, before, after, res, settings))
+    summary = _summary(observations, specs, before, after, res, settings)
+    if free_al:
+        summary["shared_al"] = {"before": _round(al_before), "after": _round(problem.al(res.x)),
+                                "sd": _round(float(theta_sd[-1]))}
+    return FitResult(profile, _parameters(prior, profile, specs, res.x, theta_sd), before, after, after_sd, summary,
+                     problem.al(res.x), al_before)
 
 
 def _parameters(prior, profile, specs, theta, theta_sd) -> dict:
