@@ -210,8 +210,9 @@ def _pct(x) -> str:
 
 
 def report(rule: str, results: dict, skipped: dict, show_points: bool) -> list[str]:
-    lines = [f"== rule {rule}: calibrate on {'the first and last point' if rule == 'endpoints' else 'the first two points'}"
-             " of each sweep in (batch, D, tree size) order; median |error| before -> after =="]
+    which = "the first and last point" if rule == "endpoints" else "the first two points"
+    lines = [f"== rule {rule}: calibrate on {which} of each sweep in (batch, D, tree size) order; "
+             "median |error| before -> after =="]
     for key, label in (("headline", "headline (tok/s where published, else speedup)"), ("speedup", "speedup"),
                        ("tokens_per_s", "tok/s")):
         s = summarize(results, key)
@@ -223,7 +224,8 @@ def report(rule: str, results: dict, skipped: dict, show_points: bool) -> list[s
     for name, res in results.items():
         hb = _median(r["headline_before"] for r in res["points"])
         ha = _median(r["headline_after"] for r in res["points"])
-        lines.append(f"  [{res['split']:7}] {name[:58]:58} {res['engine']:6} {res['drafter_class']:10} AL {res['al']:9} "
+        lines.append(f"  [{res['split']:7}] {name[:58]:58} {res['engine']:6} {res['drafter_class']:10} "
+                     f"AL {res['al']:9} "
                      f"{len(res['points'])} held out: {_pct(hb)} -> {_pct(ha)}"
                      + ("" if res["converged"] else "  (fit not converged)"))
         if show_points:

@@ -189,7 +189,8 @@ BAD_ROWS = [
     ({"batch": 0, "draft_len": 1, "al": 1, "tokens_per_s": 300}, "points[0]: batch: expected an integer >= 1"),
     ({"batch": 1, "draft_len": 0, "al": 1.5, "tokens_per_s": 300}, "points[0]: al must be 1 at draft_len 0"),
     ({"batch": 1, "draft_len": 2, "al": 2}, "points[0]: missing column 'tokens_per_s' or 'speedup'"),
-    ({"batch": 1, "draft_len": 2, "al": 2, "tokens_per_s": 1, "speedup": 1.2}, "points[0]: both columns 'tokens_per_s' and"),
+    ({"batch": 1, "draft_len": 2, "al": 2, "tokens_per_s": 1, "speedup": 1.2},
+     "points[0]: both columns 'tokens_per_s' and"),
     ({"batch": 1, "draft_len": 2, "al": 2, "tok_s": 100}, "points[0]: unknown column 'tok_s'"),
 ]
 BAD_SETUPS = [({"gpu": "h900"}, "setup.gpu: unknown GPU"), ({"model": "no-such-model"}, "setup.model: --model"),
@@ -248,7 +249,8 @@ def _bench_json(path, runner: str, concurrency: int, draft_len: int, tokens_per_
                             output_tokens=27, latency_s=0.2) for i in range(4)]
     prof = M.build_profile(recs, drafter="eagle3", draft_len=draft_len, source="test")
     tput = M.Throughput(108, 108 / tokens_per_s, tokens_per_s, 135.0)
-    meta = {"runner": runner, "drafter": "eagle3", "draft_len": draft_len, "concurrency": concurrency}
+    meta = {"runner": runner, "drafter": "eagle3", "draft_len": draft_len, "concurrency": concurrency,
+            "engine": "vllm"}
     path.write_text(json.dumps(result_dict(prof, tput, meta)))
     return path, prof.overall.mean_al
 
@@ -258,6 +260,9 @@ def test_bench_reports_of_a_server_are_points(tmp_path):
     dep = read_inputs([a, write_points(tmp_path / "base.yaml", POINTS[:1])])
     p = dep.points[0]
     assert (p.batch, p.draft_len, p.al, p.value, p.figure) == (4, 3, al_a, 700.0, "tokens_per_s")
+    assert dep.setup.engine == "vllm" and dep.setup.drafter == "eagle3"
+    with pytest.raises(CalibrationInputError, match="setup.engine 'vllm' differs from 'sglang'"):
+        read_inputs([write_points(tmp_path / "sg.yaml", POINTS[:1], {**SETUP, "engine": "sglang"}), a])
     local, _ = _bench_json(tmp_path / "local.json", "local", 4, 3, 700.0)
     with pytest.raises(CalibrationInputError, match="meta.runner 'local'"):
         read_inputs([local], SETUP)
@@ -342,3 +347,29 @@ def test_a_shared_unknown_al_is_fitted_with_the_figures(truth):
     mixed = observations(synthetic(truth, [(1, 2), (1, 3)]))
     with pytest.raises(CalibrationError, match="shared unknown AL needs every speculative point at one D"):
         fit(mixed, load_engine("vllm"), "sequential", free_al=True)
+
+
+def test_a_bench_of_a_server_is_read_as_its_point(tmp_path):
+    """`trtspec bench --server` (against the fake OpenAI server of test_bench_runners) writes a bench.json that
+    `trtspec calibrate` reads: its concurrency, D, AL and tokens/s, and the engine whose metrics answered."""
+    from test_bench_runners import _FakeServer
+
+    class EveryPrompt(dict):  # every request drafts (the fake keys its counters by the prompt's first word)
+        def get(self, key, default=None):
+            return (10, 25, (8, 5, 2))
+
+    fake = _FakeServer()
+    fake.PER_REQUEST = EveryPrompt()
+    try:
+        r = run("bench", "--server", fake.url, "--model", "m", "--drafter", "eagle3", "--draft-len", 3,
+                "--concurrency", 2, "--limit-per-category", 1, "--category", "math", "--max-new-tokens", 4,
+                "--no-plots",                "--out", tmp_path / "b")
+    finally:
+        fake.httpd.shutdown()
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "b" / "bench.json").read_text())
+    dep = read_inputs([tmp_path / "b" / "bench.json"], {"model": "llama-3.1-8b", "gpu": "h100"})
+    (p,) = dep.points
+    assert (p.batch, p.draft_len, p.figure) == (2, 3, "tokens_per_s")
+    assert p.al == report["overall"]["mean_al"] and p.value == report["throughput"]["tokens_per_s"]
+    assert (dep.setup.engine, dep.setup.drafter) == ("vllm", report["meta"]["drafter"])

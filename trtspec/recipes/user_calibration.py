@@ -12,7 +12,7 @@ corpus fit, and the result is a **calibration file** that ``trtspec plan --calib
   optional);
 * a CSV file with a header row naming the point columns (its setup comes from the command line);
 * a ``bench.json`` written by ``trtspec bench --server`` / ``--triton`` (one point: concurrency, D, measured AL and
-  tokens/s of that run).
+  tokens/s of that run; its drafter and, for a server, the engine whose metrics answered, fill the setup).
 
 Point columns (``COLUMNS``; units in ``COLUMN_HELP``): ``batch``, ``draft_len``, ``al``, and ``tokens_per_s`` (or,
 where only a ratio was measured, ``speedup``); optional ``context``, ``tree_nodes``, ``topk``. Setup fields
@@ -240,7 +240,8 @@ def _read_csv(path: Path) -> tuple[dict, list]:
         reader.fieldnames = header
         missing = [c for c in REQUIRED if c not in header]
         if missing:
-            raise CalibrationInputError(f"{path}: missing column {missing[0]!r} in the header ({COLUMN_HELP[missing[0]]})")
+            raise CalibrationInputError(f"{path}: missing column {missing[0]!r} in the header "
+                                        f"({COLUMN_HELP[missing[0]]})")
         rows = []
         for row in reader:
             if None in row:
@@ -262,7 +263,11 @@ def _bench_point(path: Path, doc: dict) -> tuple[dict, list]:
         raise CalibrationInputError(f"{path}: throughput.tokens_per_s missing (the run measured no wall time)")
     row = {"batch": meta.get("concurrency"), "draft_len": meta.get("draft_len"),
            "al": (doc.get("overall") or {}).get("mean_al"), "tokens_per_s": tput["tokens_per_s"]}
+    from trtspec.recipes.engines import ENGINES
+
     setup = {"drafter": meta["drafter"]} if meta.get("drafter") else {}
+    if meta.get("engine") in ENGINES:  # the server engine whose metrics `trtspec bench` read
+        setup["engine"] = meta["engine"]
     return setup, [(f"{path} (bench.json)", row)]
 
 

@@ -197,10 +197,11 @@ class _Problem:
         import numpy as np
         from scipy.optimize import least_squares
 
-        x0 = [p.start for p in self.specs] + ([al0] if self.max_al is not None else [])
-        low = [-LOG_BOUND if p.space == "log" else p.low for p in self.specs] + [1.0] * (self.max_al is not None)
-        high = [LOG_BOUND if p.space == "log" else p.high for p in self.specs] + [self.max_al] * (self.max_al is not None)
-        scale = [p.prior_sd for p in self.specs] + [0.5] * (self.max_al is not None)
+        free = self.max_al is not None
+        x0 = [p.start for p in self.specs] + ([al0] if free else [])
+        low = [-LOG_BOUND if p.space == "log" else p.low for p in self.specs] + [1.0] * free
+        high = [LOG_BOUND if p.space == "log" else p.high for p in self.specs] + [self.max_al] * free
+        scale = [p.prior_sd for p in self.specs] + [0.5] * free
         return least_squares(self.resid, np.array(x0), bounds=(np.array(low), np.array(high)),
                              x_scale=np.array(scale), diff_step=1e-4, method="trf")
 
