@@ -7,12 +7,14 @@ import sys
 import click
 
 from trtspec.recipes.engines import ENGINES
+from trtspec.recipes.optimizer import PlanRequest
 from trtspec.recipes.user_calibration import COLUMN_HELP, FORMAT, INPUT_FORMAT, SETUP_FIELDS
 from trtspec.recipes.user_fit import FitSettings
 
 DEFAULT_OUT = "calibration.yaml"
-_EXAMPLE_YAML = """\
-  format: {fmt}   # optional
+_DEF = {f: PlanRequest.__dataclass_fields__[f].default for f in ("tp", "ep", "quant", "engine", "context")}
+_EXAMPLE_YAML = f"""\
+  format: {INPUT_FORMAT}   # optional
   setup: {{model: llama-3.1-8b, gpu: h100, engine: vllm, drafter: eagle3, context: 2048}}
   points:
     - {{batch: 1, draft_len: 0, al: 1, tokens_per_s: 150}}
@@ -27,35 +29,23 @@ _EXAMPLE_CSV = """\
 
 def _help() -> str:
     cols = "\n".join(f"  {k:<13}{v}" for k, v in COLUMN_HELP.items())
-    return f"""Fit this deployment's engine figures (kernel scale, per-step fixed cost, speculative and draft
-    fixed costs, verification rule) to points measured on it, regularised toward the corpus fit, into a
-    calibration file for `trtspec plan --calibration FILE` and `trtspec build --calibration FILE`.
-
-    INPUTS: YAML/JSON files of a setup and points, CSV files of points (the setup from the options
-    below), and/or bench.json reports of `trtspec bench --server URL` or `--triton` (one point each:
-    its --concurrency, --draft-len, measured AL and tokens/s). Every row is checked before anything
-    is fitted; a bad one stops with one line naming the file, the row and the field.
-
-    \b
-    Point columns (CSV header, YAML keys); tokens_per_s or speedup on each row:
-{cols}
-
-    \b
-    Setup fields (YAML 'setup:', else the options): {', '.join(SETUP_FIELDS)};
-    model, gpu and drafter are required.
-
-    \b
-    Example points.yaml (trtspec calibrate points.yaml):
-{_EXAMPLE_YAML.format(fmt=INPUT_FORMAT)}
-
-    \b
-    Example points.csv (trtspec calibrate points.csv --model llama-3.1-8b --gpu h100
-    --engine vllm --drafter eagle3):
-{_EXAMPLE_CSV}
-
-    The calibration file ({FORMAT}) holds the setup it is valid for, every figure with its
-    standard deviation and corpus prior, the points with their predictions before and after, and a fit
-    summary; plan and build refuse it for another model, GPU, engine, TP, EP, quant or drafter."""
+    return "\n\n".join([
+        "Fit this deployment's engine figures (kernel scale, per-step fixed cost, speculative and draft fixed "
+        "costs, verification rule) to points measured on it, regularised toward the corpus fit, into a calibration "
+        "file for `trtspec plan --calibration FILE` and `trtspec build --calibration FILE`.",
+        "INPUTS: YAML/JSON files of a setup and points, CSV files of points (the setup from the options below), "
+        "and/or bench.json reports of `trtspec bench --server URL` or `--triton` (one point each: its --concurrency, "
+        "--draft-len, measured AL and tokens/s). Every row is checked before anything is fitted; a bad one stops "
+        "with one line naming the file, the row and the field.",
+        f"\b\nPoint columns (CSV header, YAML keys); tokens_per_s or speedup on each row:\n{cols}",
+        f"\b\nSetup fields (YAML 'setup:', else the options): {', '.join(SETUP_FIELDS)};\n"
+        "model, gpu and drafter are required.",
+        f"\b\nExample points.yaml (trtspec calibrate points.yaml):\n{_EXAMPLE_YAML}",
+        "\b\nExample points.csv (trtspec calibrate points.csv --model llama-3.1-8b --gpu h100\n"
+        f"  --engine vllm --drafter eagle3):\n{_EXAMPLE_CSV}",
+        f"The calibration file ({FORMAT}) holds the setup it is valid for, every figure with its standard deviation "
+        "and corpus prior, the points with their predictions before and after, and a fit summary; plan and build "
+        "refuse it for another model, GPU, engine, TP, EP, quant or drafter."])
 
 
 def _setup_options(f):
@@ -65,15 +55,19 @@ def _setup_options(f):
         click.option("--gpu", default=None, help="GPU from recipes/gpus [default: the file's setup]."),
         click.option("--drafter", default=None, help="draft_model|eagle3|mtp|dflash|dspark|ngram|sa [default: the "
                      "file's setup, or the bench.json's]."),
-        click.option("--tp", type=int, default=None, help="Tensor-parallel GPUs [default: the file's setup, else 1]."),
-        click.option("--ep", type=int, default=None, help="Expert-parallel GPUs [default: the file's setup, else 1]."),
+        click.option("--tp", type=int, default=None, help=f"Tensor-parallel GPUs [default: the file's setup, else "
+                     f"{_DEF['tp']}]."),
+        click.option("--ep", type=int, default=None, help=f"Expert-parallel GPUs [default: the file's setup, else "
+                     f"{_DEF['ep']}]."),
         click.option("--quant", default=None, help="Weight quantization as in `trtspec plan` [default: the file's "
-                     "setup, else none]."),
+                     f"setup, else {_DEF['quant']}]."),
         click.option("--engine", type=click.Choice(ENGINES), default=None,
-                     help="Serving engine measured [default: the file's setup, else trtllm]."),
+                     help=f"Serving engine measured [default: the file's setup or bench.json's, else "
+                          f"{_DEF['engine']}]."),
         click.option("--draft-model", default=None, help="Draft model (name|dir) for --drafter draft_model."),
         click.option("--context", type=int, default=None, help="KV-cache tokens per request, prompt + half the "
-                     "output [default: the file's setup, else 4096]; a point's own context column wins."),
+                     f"output [default: the file's setup, else {_DEF['context']}]; a point's own context column "
+                     "wins."),
     ]
     for opt in reversed(opts):
         f = opt(f)
