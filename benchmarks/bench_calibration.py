@@ -216,8 +216,11 @@ def report(rule: str, results: dict, skipped: dict, show_points: bool) -> list[s
     for key, label in (("headline", "headline (tok/s where published, else speedup)"), ("speedup", "speedup"),
                        ("tokens_per_s", "tok/s")):
         s = summarize(results, key)
+        per = [_median(r[f"{key}_after"] for r in res["points"]) for res in results.values()]
+        per = [v for v in per if v is not None]
         lines.append(f"{label}: {s['all']['points']} points of {s['sweeps']} sweeps: {_pct(s['all']['before'])} -> "
-                     f"{_pct(s['all']['after'])}")
+                     f"{_pct(s['all']['after'])}; {sum(v <= TARGET for v in per)} of {len(per)} sweeps at "
+                     f"<= {TARGET:.0%} after")
         for field in GROUPS:
             lines.append(f"  by {field:13} " + "; ".join(f"{g} ({b['points']}): {_pct(b['before'])} -> "
                                                           f"{_pct(b['after'])}" for g, b in s[field].items()))
