@@ -42,13 +42,15 @@ class FitSettings:
     """Prior widths and the measurement error (log space: 0.2 = about 20%).
 
     ``noise_sd`` 0.03: run-to-run scatter of serving benchmarks (published repeats agree within a few percent);
-    ``kernel_scale_sd`` 0.2: measured kernel tables against another engine build or clock; ``step_sd`` 0.5 and
+    ``kernel_scale_sd`` 0.4: the spread of the corpus fit's log error on the published no-speculation tok/s (90
+    baselines of ``recipes/measurements``, 1.4826 x MAD = 0.42 at 2026-12-02: ``fidelity.score_baselines``), how far
+    a deployment's plain step may sit from the prediction; ``step_sd`` 0.5 and
     ``spec_sd`` 0.7: fixed host costs differ by engine version and scheduler settings by a factor 1.5-2 (the corpus
     fit's per-engine figures span 760-1350 us per step); ``split_sd`` 0.3: the verification rule's share, a
     fraction."""
 
     noise_sd: float = 0.03
-    kernel_scale_sd: float = 0.2
+    kernel_scale_sd: float = 0.4
     step_sd: float = 0.5
     spec_sd: float = 0.7
     split_sd: float = 0.3
