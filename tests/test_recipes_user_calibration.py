@@ -373,3 +373,14 @@ def test_a_bench_of_a_server_is_read_as_its_point(tmp_path):
     assert (p.batch, p.draft_len, p.figure) == (2, 3, "tokens_per_s")
     assert p.al == report["overall"]["mean_al"] and p.value == report["throughput"]["tokens_per_s"]
     assert (dep.setup.engine, dep.setup.drafter) == ("vllm", report["meta"]["drafter"])
+
+
+def test_plan_refuses_a_calibration_made_against_other_kernel_tables(calibrated, tmp_path):
+    doc = yaml.safe_load(calibrated.read_text())
+    assert doc["fit"]["kernels"].startswith("perf-db vllm ") and doc["fit"]["kernels"].endswith(" h100_sxm")
+    doc["fit"]["kernels"] = "perf-db vllm 0.11.0 h100_sxm"
+    stale = tmp_path / "stale.yaml"
+    stale.write_text(yaml.safe_dump(doc))
+    r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--drafter", "eagle3",
+                                  "--acceptance", "al=2.9@3", "--batch", "1", "--calibration", str(stale)])
+    assert r.exit_code != 0 and "calibrated against 'perf-db vllm 0.11.0 h100_sxm'" in r.output

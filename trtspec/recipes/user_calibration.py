@@ -232,7 +232,7 @@ def _is_zero(value) -> bool:
 
 
 def _read_csv(path: Path) -> tuple[dict, list]:
-    with path.open(newline="", encoding="utf-8") as f:
+    with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: a spreadsheet's byte-order mark
         reader = csv.DictReader(f)
         header = [h.strip() for h in (reader.fieldnames or [])]
         if not header:
@@ -408,6 +408,13 @@ class DeploymentCalibration:
             bad.append(f"drafter {', '.join(others)} (calibrated: {spec.kind!r}; its draft costs were not measured)")
         if req.pricing != "perf-db":
             bad.append(f"pricing {req.pricing!r} (a calibration adjusts the perf-db pricing)")
+        else:
+            from trtspec.recipes.pricing import make_pricer
+
+            kernels = make_pricer(req.gpu, req.engine, req.pricing).label
+            if self.fit.get("kernels") and not bad and kernels != self.fit["kernels"]:
+                bad.append(f"kernel tables {kernels!r} (calibrated against {self.fit['kernels']!r}: its kernel_scale "
+                           "is relative to those; rerun trtspec calibrate)")
         if bad:
             raise CalibrationError(f"calibration {self.path}: fitted for another setup: " + "; ".join(bad))
 

@@ -311,6 +311,9 @@ def calibrate(deployment, settings: FitSettings = FitSettings()):
         points.append({**o.case.case.to_dict(), "predicted_before": _round(b), "predicted_after": _round(a),
                        "predicted_after_rel_sd": _round(sd), "error_before": _round(b / o.value - 1.0),
                        "error_after": _round(a / o.value - 1.0), "where": o.label})
-    summary = {**result.summary, "prior": f"recipes/engines/{prior.name}.yaml (the corpus fit)"}
+    from trtspec.recipes.optimizer import request_pricer
+
+    kernels = request_pricer(obs[0].case.request).label  # the kernel tables kernel_scale is relative to
+    summary = {**result.summary, "prior": f"recipes/engines/{prior.name}.yaml (the corpus fit)", "kernels": kernels}
     return DeploymentCalibration(deployment.setup, result.parameters, points, summary, list(deployment.inputs),
                                  now_utc(), f"trtspec {__version__} calibrate")
