@@ -76,12 +76,12 @@ class Setup:
     model: str
     gpu: str
     drafter: str
-    tp: int = 1
-    ep: int = 1
-    quant: str = "none"
-    engine: str = "trtllm"
+    tp: int
+    ep: int
+    quant: str
+    engine: str
+    context: int
     draft_model: str | None = None
-    context: int = 4096
 
     @classmethod
     def from_fields(cls, fields: dict, where: str = "setup") -> "Setup":
@@ -101,6 +101,8 @@ class Setup:
                 value = _integer(value, f"{where}.{key}", low=0 if key == "context" else 1)
             else:
                 value = str(value).strip()
+                if key in ("model", "draft_model") and Path(value).expanduser().exists():
+                    value = str(Path(value).expanduser().resolve())  # valid wherever the calibration is used
             out[key] = value
         defaults = {k: _plan_default(k) for k in ("tp", "ep", "quant", "engine", "context")}
         return cls(**{**defaults, **out})
