@@ -274,3 +274,18 @@ def test_expert_parallel_on_a_dense_target_is_refused_at_validate(tmp_path):
     with pytest.raises(BuildInputError, match=r"--ep 2: the target has no MoE experts \(its config.json states none "
                                               r"of num_local_experts, num_experts, n_routed_experts\)"):
         validate(opts)
+
+
+def test_dflash_recipe_above_the_block_is_refused_before_quantization(tmp_path, monkeypatch):
+    from trtspec.builder import pipeline
+    from trtspec.builder.pipeline import BuildError
+    from trtspec.zoo import demo_pair
+
+    monkeypatch.setattr(quantize, "quantize_and_export", lambda *a, **k: pytest.fail("quantization started"))
+    target, _ = demo_pair("draft_model")
+    draft = _draft(tmp_path / "d", {"architectures": ["DFlashDraftModel"], "model_type": "qwen3",
+                                    "dflash_config": {"target_layer_ids": [1, 4], "block_size": 4}})
+    opts = BuildOptions(target=Path(target), draft=draft, drafter="dflash", out=tmp_path / "o", recipe="r.yaml")
+    with pytest.raises(BuildError, match=r"stage 'recipe'.*the recipe plans D=4, but the draft's block size is 4"):
+        pipeline.build(opts, quiet=True, recipe_resolver=lambda spec, **kw: FakeRecipe())
+    assert not (tmp_path / "o").exists()

@@ -98,16 +98,34 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+def summary(engine: str, bundles: dict[str, Path], results: dict[str, dict], config: str, changed) -> None:
+    """One line per case in the test log: accepted / changed (fields) / refused (the engine's message) / no config."""
+    for name in CASES:
+        r = results.get(name)
+        if r is None:
+            print(f"{engine} {name}: no {config} (the README says which engine cannot serve it and why)")
+        elif not r["accepted"]:
+            print(f"{engine} {name}: refused: {r['error'].splitlines()[0][:200]}")
+        else:
+            diffs = changed(bundles[name], r)
+            print(f"{engine} {name}: " + (f"changed: {diffs}" if diffs else "accepted unchanged"))
+
+
 @pytest.fixture(scope="module")
 def vllm_results(bundles) -> dict[str, dict]:
     with_cfg = [n for n, b in bundles.items() if (b / "vllm.yaml").is_file()]
-    return dict(zip(with_cfg, check_bundles([bundles[n] for n in with_cfg], "vllm")))
+    results = dict(zip(with_cfg, check_bundles([bundles[n] for n in with_cfg], "vllm")))
+    summary("vllm", bundles, results, "vllm.yaml", unchanged_vllm)
+    return results
 
 
 @pytest.fixture(scope="module")
 def sglang_results(bundles) -> dict[str, dict]:
     with_cfg = [n for n, b in bundles.items() if (b / "sglang.args").is_file()]
-    return dict(zip(with_cfg, check_bundles([bundles[n] for n in with_cfg], "sglang")))
+    results = dict(zip(with_cfg, check_bundles([bundles[n] for n in with_cfg], "sglang")))
+    aliases = engine_version("sglang", DEFAULT_VERSION["sglang"]).get("algorithm_aliases")
+    summary("sglang", bundles, results, "sglang.args", lambda b, r: unchanged_sglang(b, r, aliases))
+    return results
 
 
 def cannot_serve(bundle: Path, label: str) -> bool:

@@ -54,7 +54,10 @@ def stub_native(package: str, report: Report = _quiet) -> None:
     """Replace each compiled extension of ``package`` that cannot load on this host by an empty module.
 
     Each file is loaded on its own (not through its package's ``__init__``, which may itself refuse to import
-    without it); only a failed load is replaced."""
+    without it); only a failed load is replaced. torch is imported first, as the engine does, so a failure names
+    what is really missing (the CUDA driver), not torch's own libraries."""
+    import torch  # noqa: F401
+
     for name, path in native_modules(package):
         if name in sys.modules:
             continue
