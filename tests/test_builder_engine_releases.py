@@ -165,8 +165,8 @@ def test_adaptive_modes_where_the_versions_have_them():
     assert eag.sglang.speculative_adaptive is True
     assert eag.sglang.speculative_adaptive_config == "./sglang_adaptive.json"
     # seeded from the plan: one slot per tier, never above the tier's D, starting at it
-    assert eag.sglang_adaptive == {"1": {"candidate_steps": [3, 4]}, "5": {"candidate_steps": [1, 3]},
-                                   "17": {"candidate_steps": [0, 1]}, "49": {"candidate_steps": [0]}}
+    assert eag.sglang_adaptive == {"1": {"candidate_steps": [1, 2, 3, 4]}, "5": {"candidate_steps": [2, 3]},
+                                   "17": {"candidate_steps": [1]}, "49": {"candidate_steps": [0]}}
     starts = sglang_per_batch(eag.sglang, 64, eag.sglang_adaptive)
     assert starts == [wish(b) for b in range(1, 65)]
     assert all(max(sglang_adaptive_slot(eag.sglang_adaptive, b)["candidate_steps"]) == wish(b) for b in range(1, 65))

@@ -21,7 +21,7 @@ import yaml
 
 from trtspec.builder.draft_config import DrafterFacts
 from trtspec.builder.emit_sglang import ADAPTIVE_FILE, sglang_part
-from trtspec.builder.emit_vllm import DRAFT_DIR, TARGET_DIR, ranges_text, vllm_part
+from trtspec.builder.emit_vllm import DRAFT_DIR, ranges_text, vllm_part
 from trtspec.builder.engine_facts import EngineVersion, engine_version
 from trtspec.builder.sglang_config import SglangArgs
 from trtspec.builder.trtllm_config import CudaGraphConfig, KvCacheConfig, LlmApiConfig, graph_batch_sizes

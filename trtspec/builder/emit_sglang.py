@@ -4,9 +4,8 @@ SGLang runs one speculative shape at every batch size. trtspec writes the recipe
 block of D + 1 verified tokens for DFLASH / DSPARK, keeps an n-gram chain a chain (``--speculative-ngram-max-bfs-
 breadth`` equal to top-k, since SGLang sets top-k from it), writes block verification where the version has it for
 the algorithm, and, for ``--speculation adaptive`` where the version adapts the algorithm, SGLang's own adaptive
-step tiers seeded from the recipe: one slot per planned tier, keyed by its smallest batch, whose candidate steps are
-the tier's planned D and the next smaller planned D (SGLang starts a slot at the middle candidate, i.e. at the
-planned D, never drafts above it, and may step down one planned level when acceptance falls). What SGLang then starts each batch size at is
+step tiers seeded from the recipe: one slot per planned tier, keyed by its smallest batch, that starts at the
+tier's planned D, never drafts above it, and may step down when acceptance falls (:func:`adaptive_config`). What SGLang then starts each batch size at is
 :func:`trtspec.builder.engine_schedules.sglang_per_batch`.
 """
 from __future__ import annotations
@@ -37,20 +36,26 @@ def _shape(recipe: Any, algo: str, d: int) -> dict:
 
 
 def adaptive_config(recipe: Any, max_d: int, max_batch_size: int) -> dict:
-    """SGLang adaptive slots from the recipe's per-batch draft lengths: one slot per tier (key: its first batch),
-    candidate steps = [the next smaller planned D, the tier's D] (start at the tier's D, never above it)."""
+    """SGLang adaptive slots from the recipe's per-batch draft lengths, one per planned tier (key: its first batch).
+
+    The first slot starts at the planned D (SGLang's ``--speculative-num-steps``) and may step down through every
+    smaller planned D, half of it and 1 when acceptance falls; a later tier's slot holds [ceil(D/2), D], so SGLang
+    starts it at its middle candidate, the planned D. No slot ever drafts more than its tier's planned D."""
     sched = getattr(recipe, "vllm_schedule", None) or getattr(recipe, "draft_len_schedule", None) or {}
     sched = {int(b): min(int(v), max_d) for b, v in sched.items() if int(b) <= max_batch_size} or {1: max_d}
     if max(sched) < max_batch_size:
         sched[max_batch_size] = 0  # above the planned tiers the plan does not speculate
-    values = sorted(set(sched.values()))
+    planned = sorted(set(sched.values()))
     out: dict[str, Any] = {}
     lo, prev = 1, None
     for hi in sorted(sched):
         d = sched[hi]
         if d != prev:
-            lower = [v for v in values if v < d]
-            out[str(lo)] = {"candidate_steps": lower[-1:] + [d]}
+            if not out:
+                steps = {v for v in planned if 1 <= v <= d} | {d, -(-d // 2), min(1, d)}
+            else:
+                steps = {-(-d // 2), d}
+            out[str(lo)] = {"candidate_steps": sorted(steps)}
             prev = d
         lo = hi + 1
     return out
