@@ -289,3 +289,26 @@ def test_dflash_recipe_above_the_block_is_refused_before_quantization(tmp_path, 
     with pytest.raises(BuildError, match=r"stage 'recipe'.*the recipe plans D=4, but the draft's block size is 4"):
         pipeline.build(opts, quiet=True, recipe_resolver=lambda spec, **kw: FakeRecipe())
     assert not (tmp_path / "o").exists()
+
+
+def test_build_plans_with_the_same_ep_as_plan(tmp_path, monkeypatch):
+    """``build --tp 2 --ep 2`` hands ep to the planner's request (as ``trtspec plan --ep 2`` builds it)."""
+    from trtspec.builder import pipeline
+    from trtspec.recipes import api
+    from trtspec.zoo import demo_pair
+
+    target, draft = demo_pair("draft_model")
+    moe = tmp_path / "moe"
+    import shutil
+
+    shutil.copytree(target, moe)
+    cfg = json.loads((moe / "config.json").read_text())
+    cfg.update(architectures=["MixtralForCausalLM"], model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
+    (moe / "config.json").write_text(json.dumps(cfg))
+    seen = []
+    real = api.build_request
+    monkeypatch.setattr(api, "build_request", lambda **kw: seen.append(kw["ep"]) or real(**kw))
+    opts = BuildOptions(target=moe, draft=Path(draft), tp=2, ep=2, quant="none", out=tmp_path / "o",
+                        acceptance="rates=0.7,0.6,0.5", max_batch_size=16)
+    res = pipeline.build(opts, quiet=True, dry_run=True)
+    assert seen == [2] and res.plan["recipe"]["max_draft_len"] >= 1
