@@ -367,7 +367,8 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                 files = ["llm_api.yaml"] + [f for f, k in (("vllm.yaml", "vllm"), ("sglang.args", "sglang"))
                                             if written[k] is not None] + ["recipe.yaml", "README.md"]
                 note = f"; {'; '.join(written['notes'])}" if written["notes"] else ""
-                return f"{', '.join(files)} (validated against TensorRT-LLM {opts.trtllm_version}){note}"
+                return (f"{', '.join(files)} (validated against the facts of TensorRT-LLM {opts.trtllm_version}, vLLM "
+                        f"{opts.vllm_version}, SGLang {opts.sglang_version}){note}")
 
             st.run("emit", s_emit)
 
