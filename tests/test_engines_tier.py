@@ -43,6 +43,10 @@ CASES = {
     "dspark-adaptive": dict(drafter="dspark", acceptance=RATES, speculation="adaptive", verify="block"),
     "dflash": dict(drafter="dflash", acceptance=RATES),
     "draft_model-ep": dict(drafter="draft_model", tp=2, ep=2, quant="none", acceptance=RATES),  # MoE target below
+    # the DeepSeek-V3-layout demo (MLA, MoE, its MTP layer re-attached unquantized by the build)
+    "mtp-fp8": dict(drafter="mtp", quant="fp8"),
+    "mtp-nvfp4": dict(drafter="mtp", quant="nvfp4"),
+    "mtp-ep": dict(drafter="mtp", quant="fp8", tp=2, ep=2),
 }
 
 

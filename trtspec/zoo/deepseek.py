@@ -435,7 +435,9 @@ def run(cfg: DeepseekTrainConfig, out: Path, card: Path | None = None, log=print
     if measure:
         from .deepseek_eval import finish
 
+        t0 = time.perf_counter()
         result = finish(partial, cfg, split, tok, log=log)
+        result["wall_s"]["measure"] = time.perf_counter() - t0
         result["wall_s"]["total"] = time.perf_counter() - t_start
         (partial / "measurements.json").write_text(json.dumps(result, indent=2) + "\n")
     if out.exists():

@@ -63,7 +63,7 @@ def _training_lines(c: dict, m: dict) -> list[str]:
         "",
         f"Training wall time: {w['train'] / 60:.1f} min; with measurement: {w.get('total', w['train']) / 60:.1f} min "
         "(one thread of a shared, loaded machine)"
-        + (f"; CPU time of the two training stages: {sum(m['cpu_s'].values()) / 60:.1f} min." if m.get("cpu_s") else "."),
+        + (f"; CPU time of training: {sum(m['cpu_s'].values()) / 60:.1f} min." if m.get("cpu_s") else "."),
         "",
     ]
 
@@ -92,12 +92,12 @@ def _acceptance_lines(m: dict, acc: dict, rel: str) -> list[str]:
         "|---|" + "---|" * len(al),
         "| AL | " + " | ".join(f"{v:.3f}" for v in al.values()) + " |",
         "| greedy match | " + " | ".join(f"{v:.2f}" for v in a["greedy_match"].values()) + " |",
-        "| CPU tok/s (B=1) | " + " | ".join(f"{sp['tok_s_b1'][k]:.0f}" for k in al) + " |",
+        "| CPU tok/s (B=1, CPU time) | " + " | ".join(f"{sp['tok_s_b1'][k]:.0f}" for k in al) + " |",
         "| speedup vs D=0 | " + " | ".join(f"{sp['speedup'][k]:.2f}×" for k in al) + " |",
         "",
         f"D=0 (the target alone): {sp['tok_s_b1']['0']:.0f} tok/s at "
-        f"batch 1 over {sp['prompts']} prompts ({sp['threads']} CPU thread(s); wall-clock on a shared machine, expect "
-        f"noise). Acceptance profile (`trtspec.acceptance/v1`, measured at D={acc['draft_len']}): `{rel}/acceptance.json`, "
+        f"batch 1 over {sp['prompts']} prompts ({sp['threads']} CPU thread; tokens per second of the process's CPU "
+        f"time, which on a shared machine is steadier than wall time). Acceptance profile (`trtspec.acceptance/v1`, measured at D={acc['draft_len']}): `{rel}/acceptance.json`, "
         f"conditional rates {', '.join(f'{r:.3f}' for r in acc['rates'])}, mean AL {acc['mean_al']:.3f} over "
         f"{acc['num_steps']} steps.",
         "",
