@@ -45,7 +45,7 @@ CASES = {
     "draft_model-ep": dict(drafter="draft_model", tp=2, ep=2, quant="none", acceptance=RATES),  # MoE target below
     # the DeepSeek-V3-layout demo (MLA, MoE, its MTP layer re-attached unquantized by the build)
     "mtp-fp8": dict(drafter="mtp", quant="fp8"),
-    "mtp-nvfp4": dict(drafter="mtp", quant="nvfp4"),
+    "mtp-nvfp4": dict(drafter="mtp", quant="nvfp4", gpu="b200"),   # FP4 tensor cores: Blackwell
     "mtp-ep": dict(drafter="mtp", quant="fp8", tp=2, ep=2),
 }
 
@@ -93,7 +93,7 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
             kw["target"] = Path(target)
         if kw["drafter"] in ("dflash", "dspark"):
             kw["draft"] = block_draft(root / f"{name}-draft", kw["drafter"])
-        if kw.get("ep", 1) > 1:
+        if kw.get("ep", 1) > 1 and kw["drafter"] != "mtp":   # the DeepSeek-V3-layout demo has its own experts
             kw.update(target=moe_target(root / f"{name}-target"), draft=Path(demo_pair("draft_model")[1]))
         opts = BuildOptions(out=root / name, cache_dir=root / "cache", max_batch_size=64, calib_samples=4,
                             calib_seq_len=64, **kw)
