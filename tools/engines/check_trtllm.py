@@ -123,7 +123,8 @@ def install_stubs(src: Path, gpu: str) -> None:
     quant = type("QuantConfig", (), {"kv_cache_quant_algo": None})
     _module("tensorrt_llm.models.modeling_utils", "quantization types, imports TensorRT",
             QuantAlgo=enum.Enum("QuantAlgo", ["FP8", "NVFP4"]), QuantConfig=quant)
-    _module("tensorrt_llm.sampling_params", "type name only", BatchedLogitsProcessor=type("BatchedLogitsProcessor", (), {}))
+    _module("tensorrt_llm.sampling_params", "type name only",
+            BatchedLogitsProcessor=type("BatchedLogitsProcessor", (), {}))
     _module("tensorrt_llm.tokenizer", "custom tokenizer aliases; none used", TOKENIZER_ALIASES={})
     _module("tensorrt_llm.usage.config", "telemetry", **_telemetry(BaseModel, ConfigDict))
     _module("tensorrt_llm.llmapi.tokenizer", "tokenizer loading; the bundle's tokenizer is not loaded",
