@@ -61,6 +61,36 @@ def priced_by(recipe) -> str:
     return "\n".join(lines)
 
 
+def speedup_cell(row) -> str:
+    """``1.45x (1.21-1.70)``: the predicted speedup and its interval; ``?`` marks an uncertain row."""
+    text = f"{row['speedup']:.2f}x"
+    iv = row.get("interval") or ()
+    if len(iv) == 2 and row.get("draft_len", 0) > 0:
+        text += f" ({iv[0]:.2f}-{iv[1]:.2f})"
+    if row.get("uncertain"):
+        text += " ?"
+    return text + ("" if row.get("fits_memory", True) else " (OOM)")
+
+
+def uncertainty_notes(recipe) -> list[str]:
+    """What the intervals mean, where they come from, and how to settle the uncertain rows (once per table)."""
+    from trtspec.recipes.intervals import load_intervals
+
+    table = load_intervals()
+    lines = [f"intervals: 10th-90th percentile of the planner's leave-one-source-out errors on "
+             f"{table.corpus_cases} published speedups ({table.path}); widened by the published spread of the "
+             "drafter's acceptance where the acceptance is a prior"]
+    prior = {k: v.get("source", "") for k, v in (recipe.acceptance or {}).items()
+             if str(v.get("name", "")).startswith("prior:")}
+    for kind, src in prior.items():
+        lines.append(f"acceptance ({kind}): {src[:400]}")
+    unsure = [r for r in recipe.rows if r.get("uncertain")]
+    if unsure:
+        lines.append(f"? uncertain at batch {', '.join(str(r['batch']) for r in unsure)}: the interval straddles 1, "
+                     f"so the model cannot say whether speculation wins there; settle it: {unsure[0]['settle']}")
+    return lines
+
+
 def render_table(recipe, console=None, title=None):
     from rich.console import Console
     from rich.table import Table
@@ -75,8 +105,10 @@ def render_table(recipe, console=None, title=None):
         d = str(r["draft_len"]) + (f" (sched {r['schedule_draft_len']})" if "schedule_draft_len" in r else "")
         t.add_row(str(r["batch"]), r["drafter"], d, str(r["num_nodes"]), f"{r['expected_al']:.2f}",
                   f"{r['draft_ms']:.3f}", f"{r['verify_ms']:.3f}", f"{r['step_ms']:.3f}", f"{r['tokens_per_s']:.0f}",
-                  f"{r.get('latency_ms_per_token', 0.0):.2f}", f"{r['speedup']:.2f}x" + ("" if r.get("fits_memory", True) else " (OOM)"), r["binding_rule"])
+                  f"{r.get('latency_ms_per_token', 0.0):.2f}", speedup_cell(r), r["binding_rule"])
     console.print(t)
+    for line in uncertainty_notes(recipe):
+        console.print(line, markup=False)
     console.print("priced by (op class: source):\n" + priced_by(recipe), markup=False)
     cm = recipe.provenance.get("cost_model")
     if isinstance(cm, dict):
@@ -84,7 +116,7 @@ def render_table(recipe, console=None, title=None):
         console.print(f"engine {cm.get('engine')}: fixed costs from {cm.get('engine_overheads')}; verification "
                       f"attention at 1+D query rows = packed + {split:.2f} x (split - packed), packed = the measured "
                       "one-row kernel x ceil(G*(1+D)/128), split = the one-row kernel at B*(1+D) requests "
-                      "(verify_split fitted on the corpus's train split; trtspec.recipes.pricing)", markup=False)
+                      "(verify_split fitted on the corpus: benchmarks/bench_fidelity.py --fit; trtspec.recipes.pricing)", markup=False)
     console.print(f"TensorRT-LLM speculative_config: {recipe.trtllm_speculative_config()}")
     console.print(f"vLLM num_speculative_tokens_per_batch_size: {recipe.vllm_schedule}")
     console.print(f"SGLang: {recipe.sglang}")
