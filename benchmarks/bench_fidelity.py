@@ -200,7 +200,7 @@ def report(res: dict, cases: bool = False) -> list[str]:
     if "_skipped" in res["baselines"]:
         lines.append(f"  ({res['baselines']['_skipped']} baselines aiconfigurator-core does not price: sparse / "
                      "compressed attention modules, 4-bit weight-only GEMMs, configs it does not ship)")
-    lines += ["", "Intervals (10th-90th percentile of LOSO log residuals per drafter class, nested per source):",
+    lines += ["", "Intervals (70th percentile of |LOSO log residual| per drafter class, both sides; nested per source):",
               _coverage_line("speedups (measured AL)", res["coverage"]),
               _coverage_line("speedups at the closest prior's AL, widened by the AL spread", res["prior_coverage"])]
     for cls, e in res["intervals"].items():
@@ -232,20 +232,20 @@ def report(res: dict, cases: bool = False) -> list[str]:
 
 def write_intervals(res: dict, measurements) -> str:
     from trtspec.recipes.intervals import FORMAT, write_intervals as write
-    from trtspec.recipes.validation import INTERVAL_QUANTILES
+    from trtspec.recipes.validation import INTERVAL_LEVEL, INTERVAL_QUANTILES
 
     c = res["coverage"]
     doc = {"format": FORMAT, "generated": datetime.date.today().isoformat(),
            "corpus": {"cases": res["corpus"]["cases"], "sources": res["corpus"]["sources"],
                       "speedups_scored": len([p for p in res["preds"] if p.item.mode in SPEEDUPS])},
-           "quantiles": list(INTERVAL_QUANTILES),
+           "level": INTERVAL_LEVEL, "quantiles": list(INTERVAL_QUANTILES),
            "how": ("benchmarks/bench_fidelity.py --write-intervals: every corpus speedup with a published D and AL "
                    "predicted leave-one-source-out (engines' figures refitted without the case's source); "
-                   "cost_model = per drafter class the 10th/90th percentiles of log(predicted / published) (a class "
-                   "with fewer than 8 cases takes every class's); acceptance_spread = per drafter the same "
-                   "percentiles of log(published AL / closest published prior's AL at that D), the case's own "
-                   "source's priors left out. A speedup p gets [p*exp(-q90), p*exp(-q10)], widened by "
-                   "[exp(a10), exp(a90)] when its acceptance is a prior."),
+                   f"cost_model = per drafter class q = the {INTERVAL_LEVEL:.0%} percentile of |log(predicted / "
+                   "published)|, stored as [-q, q] (a class with fewer than 8 cases takes every class's); "
+                   "acceptance_spread = per drafter the 10th/90th percentiles of log(published AL / closest "
+                   "published prior's AL at that D), the case's own source's priors left out. A speedup p gets "
+                   "[p*exp(-q), p*exp(q)], widened by [exp(a10), exp(a90)] when its acceptance is a prior."),
            "validation": {"nested_coverage": round(c["coverage"] or 0.0, 4),
                           "median_rel_width": round(c["median_rel_width"] or 0.0, 4), "cases": c["cases"]},
            "cost_model": {k: {"cases": v["cases"], "pooled": bool(v.get("pooled")),
@@ -268,12 +268,11 @@ def run_fit(measurements) -> dict:
     n_src = len({it.source for it in items})
     for engine in ENGINES:
         f = fitted[engine]
-        how = (f"pooled over every engine's cases ({engine} has fewer than the minimum of its own)" if f["pooled"]
-               else f"on {engine}'s own cases")
-        why = {k: (f"fitted {today} by benchmarks/bench_fidelity.py --fit {how}: {len(f['cases'])} speedups and "
-                   f"batch ratios of recipes/measurements ({n_src} sources; robust least squares on the "
-                   "source-weighted log error; kernels from perf-db; step_us held; its transfer to unseen sources is "
-                   "what the leave-one-source-out table reports)") for k in SPEC_FITTED}
+        why = {k: (f"fitted {today} by benchmarks/bench_fidelity.py --fit, one figure for every engine: "
+                   f"{len(f['cases'])} speedups and batch ratios of recipes/measurements ({f['own_cases']} of them "
+                   f"{engine}'s; {n_src} sources; robust least squares on the source-weighted log error; kernels from "
+                   "perf-db; each engine's step_us held; how it transfers to unseen sources is what the "
+                   "leave-one-source-out table reports)") for k in SPEC_FITTED}
         why["verify_split"] += ("; 0 = packed query rows (one KV pass per tile), 1 = every verified token a decode "
                                 "request of its own")
         steps = "every engine's small-batch baselines, pooled" if f["step_pooled"] else \
@@ -330,7 +329,7 @@ def main(argv=None) -> int:
     if fitted:
         for engine, f in fitted.items():
             print(f"fitted {engine}: " + ", ".join(f"{k} = {v:.3g}" for k, v in f["params"].items())
-                  + (" (pooled)" if f["pooled"] else f" ({len(f['cases'])} own figures)"))
+                  + f" ({f['own_cases']} of the {len(f['cases'])} speculative figures its own)")
     print("\n".join(report(res, args.cases)))
     return 0
 

@@ -54,14 +54,14 @@ def _pred(source, published, predicted, cls="sequential", mode="speedup"):
     return V.Prediction(item(source=source, published=published, cls=cls, mode=mode), predicted)
 
 
-def test_interval_table_quantiles_and_pooling():
-    preds = [_pred(f"s{i}", 2.0, 2.0 * math.exp(r)) for i, r in enumerate((-0.2, -0.1, 0.0, 0.1, 0.2))]
+def test_interval_table_is_a_percentile_of_absolute_log_errors_per_class():
+    preds = [_pred(f"s{i}", 2.0, 2.0 * math.exp(r)) for i, r in enumerate((-0.3, -0.1, 0.0, 0.1, 0.2))]
     preds += [_pred("p", 2.0, 2.2, cls="parallel")]
-    table = V.interval_table(preds, min_cases=3)
-    assert table["sequential"]["log_residual_q"] == pytest.approx([-0.16, 0.16])
-    assert table["parallel"]["pooled"] is True  # one case: the pooled percentiles
+    table = V.interval_table(preds, level=0.75, min_cases=3)
+    assert table["sequential"]["log_residual_q"] == pytest.approx([-0.2, 0.2])  # |r| = 0, .1, .1, .2, .3
+    assert table["parallel"]["pooled"] is True  # one case: the pooled percentile
     lo, hi = V.interval(1.5, table["sequential"])
-    assert (lo, hi) == pytest.approx((1.5 * math.exp(-0.16), 1.5 * math.exp(0.16)))
+    assert (lo, hi) == pytest.approx((1.5 * math.exp(-0.2), 1.5 * math.exp(0.2)))
 
 
 def test_nested_coverage_leaves_each_source_out_of_its_own_interval():

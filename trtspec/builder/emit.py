@@ -359,8 +359,9 @@ def _uncertainty_lines(recipe: Any) -> list[str]:
     cells = ", ".join(f"batch {r['batch']}: D={r['draft_len']} {r['speedup']:.2f}x ({r['interval'][0]:.2f}-"
                       f"{r['interval'][1]:.2f})" for r in low)
     return ["", "## Uncertainty", "",
-            f"- The predicted speedup may be below 1 (speculation may lose) at {cells}: the interval is the 10th-90th "
-            "percentile of the planner's errors on published measurements it was not fitted on.",
+            f"- The predicted speedup may be below 1 (speculation may lose) at {cells}: the interval is the range of "
+            "the planner's errors on published measurements it was not fitted on (`provenance.intervals` in "
+            "recipe.yaml).",
             f"- Settle it on your deployment: {low[0].get('settle') or '`trtspec bench --server URL --draft-len D`'}."]
 
 

@@ -77,9 +77,8 @@ def uncertainty_notes(recipe) -> list[str]:
     from trtspec.recipes.intervals import load_intervals
 
     table = load_intervals()
-    lines = [f"intervals: 10th-90th percentile of the planner's leave-one-source-out errors on "
-             f"{table.corpus_cases} published speedups ({table.path}); widened by the published spread of the "
-             "drafter's acceptance where the acceptance is a prior"]
+    lines = [f"intervals (speedup column): {table.describe()} ({table.path}); widened by the published spread of "
+             "the drafter's acceptance where the acceptance is a prior"]
     prior = {k: v.get("source", "") for k, v in (recipe.acceptance or {}).items()
              if str(v.get("name", "")).startswith("prior:")}
     for kind, src in prior.items():

@@ -110,8 +110,7 @@ def _interval_provenance(p: Plan) -> str:
 
     low = [r.batch for r in p.rows if r.draft_len > 0 and r.interval and r.interval[0] < 1.0]
     table = load_intervals()
-    text = (f"recipes/validation/intervals.yaml: 10th-90th percentile of leave-one-source-out errors on "
-            f"{table.corpus_cases} published speedups")
+    text = f"recipes/validation/intervals.yaml: {table.describe()}"
     return text + (f"; the lower end is below 1 (speculation may lose) at batch {', '.join(map(str, low))}"
                    if low else "")
 

@@ -3,15 +3,15 @@
 Every speedup the planner prints carries the interval its validation supports (design.md, habit 7). The file is
 written by ``python benchmarks/bench_fidelity.py --write-intervals`` from the corpus (``recipes/measurements``) and
 never recomputed at plan time; it holds, per drafter class (``sequential`` / ``parallel`` / ``host-side``, and
-``all``), the 10th and 90th percentiles of the leave-one-source-out log residuals log(predicted / published) of the
-corpus's speedups (``trtspec.recipes.validation.interval_table``), and, per drafter, the same percentiles of
-log(published AL / the closest published prior's AL at that D) (``acceptance_spread``: how far a prior can be from
-a deployment it was not measured on).
+``all``), ``log_residual_q = [-q, q]`` with q the 70th percentile of the leave-one-source-out |log(predicted /
+published)| of the corpus's speedups (``trtspec.recipes.validation.interval_table``), and, per drafter, the 10th and
+90th percentiles (a10, a90) of log(published AL / the closest published prior's AL at that D)
+(``acceptance_spread``: how far a prior can be from a deployment it was not measured on).
 
-A predicted speedup p with residual percentiles (q10, q90) gets ``[p * exp(-q90), p * exp(-q10)]``; with an
-acceptance prior instead of a measured profile the AL spread (a10, a90) widens it to
-``[p * exp(-q90 + a10), p * exp(-q10 + a90)]`` (both errors added at their ends: no independence assumed). An
-interval that straddles 1 is ``uncertain``: the model cannot tell whether speculation wins there.
+A predicted speedup p gets ``[p * exp(-q), p * exp(q)]``; with an acceptance prior instead of a measured profile
+the AL spread widens it to ``[p * exp(-q + a10), p * exp(q + a90)]`` (both errors added at their ends: no
+independence assumed). An interval that straddles 1 is ``uncertain``: the model cannot tell whether speculation wins
+there.
 """
 from __future__ import annotations
 
@@ -46,6 +46,12 @@ class IntervalTable:
     how: str
     path: str = ""
     corpus_cases: int = 0  # speedups the percentiles were computed from
+    level: float = 0.0     # the percentile of |log error| the cost-model intervals span
+
+    def describe(self) -> str:
+        """One line: what an interval is (for plan output, recipes and READMEs)."""
+        return (f"{self.level:.0%} of the planner's leave-one-source-out errors on {self.corpus_cases} published "
+                "speedups fall within it (both sides)")
 
     def cost_quantiles(self, drafter: str) -> tuple:
         return self.cost_model.get(_CLASS_OF.get(drafter, ""), self.cost_model["all"])
@@ -78,7 +84,8 @@ def parse_interval_doc(doc: dict, where: str = "intervals") -> IntervalTable:
     if not str(doc.get("how") or "").strip():
         raise CatalogError(f"{where}: 'how' must say how the percentiles were computed")
     n = int((doc.get("corpus") or {}).get("speedups_scored") or 0)
-    return IntervalTable(tuple(doc.get("quantiles") or ()), table, acc, str(doc["how"]), where, n)
+    return IntervalTable(tuple(doc.get("quantiles") or ()), table, acc, str(doc["how"]), where, n,
+                         float(doc.get("level") or 0.0))
 
 
 @functools.lru_cache(maxsize=1)
