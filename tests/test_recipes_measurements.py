@@ -164,7 +164,7 @@ def test_the_corpus_is_large_enough_and_about_a_third_of_its_units_is_held_out(c
     unit fraction stays near a third; the case fraction moves with the size of the sweeps that fall on each side."""
     units = {m.split_unit: m.split for m in corpus}
     heldout_units = sum(split == "heldout" for split in units.values())
-    assert len(corpus) >= 100 and len({m.source for m in corpus}) >= 20
+    assert len(corpus) >= 150 and len({m.source for m in corpus}) >= 30
     assert 0.25 <= heldout_units / len(units) <= 0.45
     assert sum(m.split == "heldout" for m in corpus) >= 0.2 * len(corpus)
     assert any(m.speedup is not None and m.speedup < 1.0 for m in corpus), "keep published losses"
