@@ -21,6 +21,14 @@ and extrapolates beyond the collected grid; it never reads the parquet files its
   measures faster -- another kernel chosen there -- keeps the smaller shape's price: the planner does not assume the
   engine pads to exploit it). Where the price grows faster than the size between two ladder points (a kernel or
   tile switch in the measured data, e.g. a fused-MoE config change), ``switches`` records it for the plan to name;
+* **routed experts by expert loading**: below ``T_full = experts / topk`` tokens (the decode and verification
+  regime, where a step loads a growing set of distinct experts) a routed-expert shape is priced by its least-squares
+  fit ``a + b * u(T)`` over the table's ladder points there, with u(T) = E * (1 - (1 - k/E)^T) the experts T tokens
+  touch on average (a: the launches of the routing, permutation and grouped GEMMs; b: one expert's weights), and
+  above ``T_full`` by the table itself, never below the fit. A kernel switch inside the decode regime of a table
+  (e.g. a fused-MoE configuration change between 4 and 6 tokens) is the engine's choice for that shape, which
+  published serving runs do not show (Kimi-K2.6 EAGLE-3 on 8 RTX PRO 6000: 1.32x / 1.41x at concurrency 1 / 4), so
+  it does not move the price;
 * every answer is memoised per shape and ladder point, so a plan costs at most one query per shape and ladder point;
 * ``tiers`` collects the provenance tiers the engine reported (``silicon`` = collected rows; anything else, e.g.
   ``empirical``, is a formula the package fell back to) so the plan can say what priced each op class.
@@ -33,6 +41,7 @@ import bisect
 import contextlib
 import functools
 import logging
+import math
 from dataclasses import dataclass, field
 
 from trtspec.recipes.errors import RecipeError
@@ -94,6 +103,7 @@ class PerfDB:
     tiers: set = field(default_factory=set, repr=False)
     _env: dict = field(default_factory=dict, repr=False)
     switches: dict = field(default_factory=dict, repr=False)  # key -> [(size_lo, size_hi, price ratio)]
+    _fits: dict = field(default_factory=dict, repr=False)  # routed-expert key -> (a, b) of a + b * u(T)
 
     @property
     def label(self) -> str:
@@ -205,12 +215,30 @@ class PerfDB:
         for name in _MOE_ALTERNATIVES.get(quant, (quant,)):
             q = getattr(common.MoEQuantMode, name)
             key = ("moe", hidden, inter, topk, experts, moe_tp, moe_ep, name)
-            t = self._monotone(key, tokens, lambda v: self._eval(
-                lambda: MoE("moe", 1, int(hidden), int(inter), int(topk), int(experts), int(moe_tp), int(moe_ep), q,
-                            MOE_DISTRIBUTION, 1), batch=v, s=1, x=v, key=key))
+
+            def at(v, q=q, key=key):
+                return self._eval(lambda: MoE("moe", 1, int(hidden), int(inter), int(topk), int(experts), int(moe_tp),
+                                              int(moe_ep), q, MOE_DISTRIBUTION, 1), batch=v, s=1, x=v, key=key)
+
+            t = self._monotone(key, tokens, at)
             if t is not None:
-                return t
+                return self._expert_loading(key, tokens, topk, experts, at, t)
         return None
+
+    def _expert_loading(self, key: tuple, tokens: int, topk: int, experts: int, at, table: float) -> float:
+        """The decode regime of a routed-expert table read through its fit ``a + b * u(T)`` (module docstring):
+        below ``T_full = experts / topk`` tokens the cost is a fixed launch part plus the distinct experts loaded,
+        u(T) = E * (1 - (1 - k/E)^T), so a kernel switch the table shows there does not move the price; above it
+        the table's own (monotone) price, never below the fit."""
+        full = max(1, math.ceil(experts / topk))
+        if key not in self._fits:
+            pts = [v for v in LADDER if v <= full] or [1]
+            rows = [(unique_experts(experts, topk, v), self._monotone(key, v, at)) for v in pts]
+            rows = [(u, y) for u, y in rows if y is not None]
+            self._fits[key] = _line(rows)
+        a, b = self._fits[key]
+        fit = a + b * unique_experts(experts, topk, tokens)
+        return fit if tokens <= full else max(table, fit)
 
     def allreduce(self, tokens: int, hidden: int, tp: int) -> float | None:
         """One all-reduce of ``tokens`` x ``hidden`` bf16 activations over ``tp`` GPUs (0 for tp = 1)."""
@@ -221,6 +249,25 @@ class PerfDB:
         key = ("ar", hidden, tp)
         return self._monotone(key, tokens, lambda v: self._eval(
             lambda: CustomAllReduce("allreduce", 1, int(hidden), int(tp)), batch=v, s=1, x=v, key=key))
+
+
+def unique_experts(experts: int, topk: int, tokens: float) -> float:
+    """Expected distinct experts hit by ``tokens`` tokens choosing ``topk`` of ``experts`` each: E*(1-(1-k/E)^T)."""
+    return experts * (1.0 - (1.0 - topk / experts) ** tokens)
+
+
+def _line(rows: list) -> tuple[float, float]:
+    """Least-squares (a, b) of y = a + b*u over ``rows`` of (u, y), both >= 0 (b = 0 with a single point)."""
+    if len(rows) < 2:
+        return (rows[0][1] if rows else 0.0), 0.0
+    n = len(rows)
+    mu, my = sum(u for u, _ in rows) / n, sum(y for _, y in rows) / n
+    var = sum((u - mu) ** 2 for u, _ in rows)
+    b = max(0.0, sum((u - mu) * (y - my) for u, y in rows) / var) if var > 0 else 0.0
+    a = my - b * mu
+    if a < 0:  # through the origin instead
+        a, b = 0.0, sum(u * y for u, y in rows) / sum(u * u for u, _ in rows)
+    return a, b
 
 
 class _CYaml:
