@@ -162,8 +162,9 @@ def save_plot(plan_obj, recipe, path):
 @click.option("--draft-model", default=None, help="Draft model (name|dir) for --drafter draft_model.")
 @click.option("--draft-quant", default=None, help="Quantization of the drafter's weights (default: --quant).")
 @click.option("--acceptance", multiple=True, help="FILE | prior:NAME | rates=a1,... | curve=AL1,AL2,... | al=A@D, for all drafters "
-              "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter; "
-              "none -> error).")
+              "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter, "
+              "else the closest published prior for the drafter by model family and size, named in the output, "
+              "its interval widened by the published spread of acceptance; none for the drafter -> error).")
 @click.option("--category", default=None, help="Use the acceptance profile's per-category rates (e.g. coding, math).")
 @click.option("--batch", "batch", default=None, help="Comma-separated batch sizes (default 1,2,4,... up to "
                                                      "--max-batch-size).")

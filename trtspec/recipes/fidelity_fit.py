@@ -7,7 +7,7 @@ layer) and ``verify_split``, the engine's verification-attention rule between pa
 
 1. ``step_us`` on the published no-speculation figures at batch <= ``STEP_MAX_BATCH`` (a small batch decoding
    alone pins a step's absolute time; a speedup alone cannot tell a fixed cost per step from a faster kernel, both
-   compress the ratio): one bounded 1-D search on the squared log error;
+   compress the ratio): one bounded 1-D search on the robust, source-weighted log error;
 2. the speculative parameters and ``verify_split`` **once for all engines** on the log error of the speedups (both
    speedup modes of ``trtspec.recipes.fidelity``) and of the batch ratios (AL-free), each engine's ``step_us`` held.
    One set, because no engine has enough independent sources to fit its own without fitting its dominant source:
@@ -21,8 +21,8 @@ is priced once with all of them at 0 (``linear_terms``: kernels) plus once per f
 squares then runs on those numbers alone (``trtspec.recipes.validation.Item``), which is what makes a
 leave-one-source-out refit per source cheap. An engine with fewer than ``MIN_BASELINES`` baselines shares the
 pooled ``step_us``. Every residual is weighted by 1 / sqrt(its source's size) (``source_weights``) under a robust
-loss (``LOSS``), so that no single published grid decides a figure. ``fit(measurements)`` is the same on the corpus's ``split: train`` cases only (the secondary
-train / held-out table of ``benchmarks/bench_fidelity.py``).
+loss (``LOSS``), so that no single published grid decides a figure. ``fit(measurements)`` is the same on the
+corpus's ``split: train`` cases only (the secondary train / held-out table of ``benchmarks/bench_fidelity.py``).
 """
 from __future__ import annotations
 
