@@ -17,13 +17,15 @@ speculative fixed costs), and the class that moved it most is named with its num
 * **GEMMs leave the memory-bound regime** -- weight GEMMs grow with the rows B*(1+D) (compute-bound, more M tiles);
 * **attention** -- KV reads grow with the requests and the verified rows (tile passes);
 * **tensor parallel** -- the all-reduce of the step's activations grows with the tokens (the measured algorithm);
+* **per-request speculative work** -- the engine's fixed cost per request of a speculative step (``spec_request_us``)
+  grows with the batch;
 * **draft** / **acceptance** -- the draft's cost or the AL changed with D.
 
 Where D moved between the rows, the attribution compares one configuration at both batches (``_same_config``): D is
 the optimizer's answer to the costs, so the cost that moved is what gets named.
 
-A jump whose largest share comes from the fixed per-step costs (the engine's fitted figures, the GPU file's
-overheads) has no physical reason -- those are smooth in B -- and is reported ``unexplained``;
+A jump whose largest share comes from the fixed per-step costs (the engine's ``step_us``, the GPU file's per-layer
+overheads) has no physical reason -- those do not change with B -- and is reported ``unexplained``;
 ``tests/test_recipes_physics.py`` treats it as a bug.
 """
 from __future__ import annotations
@@ -36,9 +38,10 @@ JUMP = 0.10
 _NAMES = {"moe": "MoE expert loading", "linear": "GEMMs leave the memory-bound regime (more rows B*(1+D) per weight)",
           "lm_head": "LM-head GEMM grows with the rows", "attention": "attention KV reads grow",
           "state": "linear-attention / Mamba state traffic grows", "comm": "tensor parallel: the all-reduce grows",
-          "draft": "the draft's cost", "acceptance": "acceptance of the chosen D"}
+          "draft": "the draft's cost", "acceptance": "acceptance of the chosen D",
+          "spec_fixed": "the speculative step's per-request work grows with the batch (the engine's spec_request_us)"}
 _TABLE = {"moe": "moe", "linear": "gemm", "lm_head": "gemm", "attention": "attn", "comm": "ar"}
-_FIXED = ("overhead", "engine", "spec_fixed")
+_FIXED = ("overhead", "engine")  # constant per step: they cannot move a speedup between batch sizes
 
 
 @dataclass(frozen=True)
