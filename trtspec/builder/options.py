@@ -8,8 +8,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from trtspec.bench.runners import RunConfig
-from trtspec.builder.trtllm_config import DEFAULT_TRTLLM_VERSION, TRTLLM_VERSIONS
-from trtspec.builder.vllm_config import DEFAULT_VLLM_VERSION, VLLM_VERSIONS
+from trtspec.builder.engine_facts import DEFAULT_VERSION, EngineFactsError, check_version
+from trtspec.parallel import DEFAULTS as PARALLEL, HELP as PARALLEL_HELP, Parallelism
 
 DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
 QUANTS = ("none", "fp8", "nvfp4", "w4a16_nvfp4", "int4_awq", "w4a8_awq", "int8_sq")
@@ -21,6 +21,9 @@ TENSORRT_DRAFTERS = ("draft_model", "eagle3")
 #: (trtspec.onnx.tiers.VERIFY_NODES), and for the serving engines' configs block verification (Sun et al.) or
 #: their per-token rejection sampler (greedy and sample: requests pick greedy or sampled decoding at run time).
 VERIFY_METHODS = ("greedy", "sample", "block")
+#: static: each engine's per-batch draft length (or one setting); adaptive: the engine's own adaptive mode where the
+#: version has one (vLLM enable_adaptive_verification for DSpark, SGLang --speculative-adaptive for EAGLE-3 chains).
+SPECULATION_MODES = ("static", "adaptive")
 #: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.qdq.QUANT_FORMATS).
 TENSORRT_QUANTS = {"none": "none", "fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4_awq"}
 #: drafters whose draft is a separate checkpoint (``--draft`` required).
@@ -54,7 +57,10 @@ class BuildOptions(BaseModel):
     calib_samples: PositiveInt = Field(default=32, description="Calibration sequences.")
     calib_seq_len: PositiveInt = Field(default=256, description="Tokens per calibration sequence (truncation).")
     gpu: str = Field(default="h200", description="GPU the recipe is planned for (recipe catalog name).")
-    tp: PositiveInt = Field(default=1, description="Tensor-parallel size.")
+    tp: PositiveInt = Field(default=PARALLEL.tp, description=PARALLEL_HELP["tp"])
+    ep: PositiveInt = Field(default=PARALLEL.ep, description=PARALLEL_HELP["ep"] + " Written as each engine's own "
+                            "setting: TensorRT-LLM moe_expert_parallel_size / moe_tensor_parallel_size, SGLang "
+                            "--ep-size, vLLM enable_expert_parallel (only where --ep equals --tp).")
     max_batch_size: PositiveInt = Field(default=256, description="Largest batch the server runs.")
     max_seq_len: Optional[PositiveInt] = Field(default=None, description="Prompt + output tokens per request "
                                                "(None: min(4096, the target's max_position_embeddings)).")
@@ -72,11 +78,15 @@ class BuildOptions(BaseModel):
                                                    "prompts of each category of the built-in sample (None: all).")
     measure_new_tokens: PositiveInt = Field(default=RunConfig.max_new_tokens, description="--acceptance measure: "
                                             "tokens generated per turn.")
-    trtllm_version: Literal[tuple(TRTLLM_VERSIONS)] = Field(default=DEFAULT_TRTLLM_VERSION,
-                                                            description="TensorRT-LLM LLM-API version to target "
-                                                            "(facts in trtspec/builder/engines/).")
-    vllm_version: Literal[tuple(VLLM_VERSIONS)] = Field(default=DEFAULT_VLLM_VERSION,
-                                                        description="vLLM version vllm.yaml targets.")
+    trtllm_version: str = Field(default=DEFAULT_VERSION["trtllm"], description="TensorRT-LLM version llm_api.yaml "
+                                "targets (facts in trtspec/builder/engines/).")
+    vllm_version: str = Field(default=DEFAULT_VERSION["vllm"], description="vLLM version vllm.yaml targets (a "
+                              "release such as 0.33.0, or an encoded main-branch read).")
+    sglang_version: str = Field(default=DEFAULT_VERSION["sglang"], description="SGLang version sglang.args targets.")
+    speculation: Literal[SPECULATION_MODES] = Field(default="static", description="static: the planned per-batch "
+                                                    "draft lengths; adaptive: also each engine's own adaptive mode "
+                                                    "where its version has one (the bundle README says where the "
+                                                    "schedule stays static).")
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Where calibration runs.")
     out: Path = Field(default=Path("trtspec-out/demo"), description="Bundle directory (written atomically).")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Cache of quantized checkpoints.")
@@ -95,6 +105,12 @@ class BuildOptions(BaseModel):
 
     @model_validator(mode="after")
     def _check(self):
+        for engine in ("trtllm", "vllm", "sglang"):
+            try:
+                check_version(engine, getattr(self, f"{engine}_version"))
+            except EngineFactsError as e:
+                raise ValueError(str(e)) from None
+        Parallelism(tp=self.tp, ep=self.ep)
         if self.drafter in DRAFTERS_WITH_DRAFT and self.draft is None and self.target is not None:
             raise ValueError(f"--draft is required for --drafter {self.drafter}")
         if self.drafter not in DRAFTERS_WITH_DRAFT and self.draft is not None:

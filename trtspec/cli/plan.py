@@ -6,12 +6,13 @@ import sys
 
 import click
 
+from trtspec.cli.parallel import parallel_options
 from trtspec.recipes.engines import ENGINES
 from trtspec.recipes.optimizer import OBJECTIVES, PlanRequest
 from trtspec.recipes.pricing import PRICINGS
 
 _DEF = {f: PlanRequest.__dataclass_fields__[f].default
-        for f in ("tp", "quant", "context", "max_draft_len", "objective", "engine", "pricing", "ep")}
+        for f in ("quant", "context", "max_draft_len", "objective", "engine", "pricing")}
 
 
 def _batches(text):
@@ -154,7 +155,7 @@ def save_plot(plan_obj, recipe, path):
 @click.command("plan")
 @click.option("--model", required=True, help="Built-in model name (e.g. llama-3.1-70b), HF model dir or config file.")
 @click.option("--gpu", required=True, help="GPU from recipes/gpus (h200, b200, h100, ...).")
-@click.option("--tp", type=int, default=_DEF["tp"], show_default=True, help="Tensor-parallel GPUs.")
+@parallel_options
 @click.option("--quant", default=_DEF["quant"], show_default=True,
               help="Weight quantization: none|fp8|fp4|int4_awq|w4a8_awq (optionally ':attn=bf16').")
 @click.option("--drafter", required=True, help="draft_model|eagle3|mtp|dflash|dspark|ngram|sa; a comma list "
@@ -180,8 +181,6 @@ def save_plot(plan_obj, recipe, path):
 @click.option("--pricing", type=click.Choice(PRICINGS), default=_DEF["pricing"], show_default=True,
               help="perf-db: measured kernel data (aiconfigurator-core) where it exists, roofline elsewhere; "
                    "roofline: the analytic model alone.")
-@click.option("--ep", type=int, default=_DEF["ep"], show_default=True,
-              help="Expert-parallel GPUs of the MoE layers (divides --tp).")
 @click.option("--max-draft-len", type=int, default=_DEF["max_draft_len"], show_default=True, help="Largest D searched.")
 @click.option("--draft-len", type=int, default=None, help="Evaluate this fixed D instead of optimizing (what-if).")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=_DEF["objective"], show_default=True,
