@@ -6,8 +6,12 @@ the bundle directory, and reports what the engine resolved from the bundle's con
 probes, native extensions) is printed here as ``stub: ...`` so the test log names it. Where an engine environment
 is missing the calling test is skipped with the command that installs it.
 
-``unchanged_vllm`` / ``unchanged_sglang`` list every field trtspec wrote whose resolved value differs (empty: the
-engine kept them all).
+``unchanged_vllm`` / ``unchanged_sglang`` / ``unchanged_trtllm`` list every field trtspec wrote whose resolved value
+differs (empty: the engine kept them all).
+
+TensorRT-LLM (``engine="trtllm"``) does not install here: its environment runs the version's own ``llm_args.py``
+laid out under ``trtllm-<version>/src`` (``tools/engines/trtllm-sources.yaml``); the version checked by default is
+``TRTLLM_CHECKED``, the one whose sources are listed.
 """
 from __future__ import annotations
 
@@ -29,6 +33,10 @@ TOOLS = ROOT / "tools" / "engines"
 ENGINES_DIR = Path(os.environ.get("TRTSPEC_ENGINES_DIR", Path.home() / ".cache" / "trtspec" / "engines"))
 #: the engine releases tools/engines/setup.sh installs.
 INSTALLED = {"vllm": "0.33.0", "sglang": "0.5.23"}
+#: the TensorRT-LLM version whose Python sources the tier runs (its llm_args.py is stored whole at that commit).
+TRTLLM_CHECKED = "main-0004396"
+#: set-typed TensorRT-LLM fields (the engine keeps them as a set: compared without order).
+TRTLLM_SET_FIELDS = {"eagle3_layers_to_capture"}
 
 
 def engine_python(engine: str, version: str) -> Path | None:
@@ -42,15 +50,18 @@ def check_bundles(bundle_dirs: list[Path], engine: str, version: str | None = No
     """Run ``engine``'s own parser and validators on each bundle's config (one engine process, a forked child per
     bundle); return the checker's report per bundle (``accepted``, ``resolved`` or ``error``, ``warnings``,
     ``stubs``)."""
-    version = version or DEFAULT_VERSION[engine]
+    version = version or (TRTLLM_CHECKED if engine == "trtllm" else DEFAULT_VERSION[engine])
     py = engine_python(engine, version)
     if py is None:
-        pytest.skip(f"{engine} {version} is not set up: bash tools/engines/setup.sh {engine}")
+        hint = ("lay out its sources (tools/engines/trtllm-sources.yaml, tools/engines/trtllm_sources.py), then "
+                if engine == "trtllm" else "")
+        pytest.skip(f"{engine} {version} is not set up: {hint}bash tools/engines/setup.sh {engine}")
+    extra = ["--src", str(ENGINES_DIR / f"trtllm-{version}" / "src")] if engine == "trtllm" else []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.json"
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env.update(PYTHONSAFEPATH="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-        proc = subprocess.run([str(py), str(TOOLS / f"check_{engine}.py"), "--gpu", gpu, "--out", str(out),
+        proc = subprocess.run([str(py), str(TOOLS / f"check_{engine}.py"), "--gpu", gpu, "--out", str(out), *extra,
                                *[str(Path(b).resolve()) for b in bundle_dirs]],
                               cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
         if not out.is_file():
@@ -100,6 +111,31 @@ def unchanged_sglang(bundle_dir: Path, result: dict, aliases: dict | None = None
         written["speculative_algorithm"] = aliases[written["speculative_algorithm"]]
     return [f"--{k.replace('_', '-')}: wrote {v!r}, engine {res.get(k)!r}" for k, v in written.items()
             if not _same(v, res.get(k))]
+
+
+def _trtllm_equal(key, written, resolved) -> bool:
+    if key == "draft_len_schedule" and isinstance(written, dict) and isinstance(resolved, dict):
+        return {str(k): v for k, v in written.items()} == {str(k): v for k, v in resolved.items()}
+    if key in TRTLLM_SET_FIELDS and isinstance(resolved, (list, tuple)):
+        return sorted(written) == sorted(resolved)
+    return _same(written, resolved)
+
+
+def _trtllm_diff(prefix: str, written: dict, resolved: dict) -> list[str]:
+    out = []
+    for k, v in written.items():
+        r = resolved.get(str(k)) if isinstance(resolved, dict) else None
+        if isinstance(v, dict) and isinstance(r, dict) and k != "draft_len_schedule":
+            out += _trtllm_diff(f"{prefix}{k}.", v, r)
+        elif not _trtllm_equal(k, v, r):
+            out.append(f"{prefix}{k}: wrote {v!r}, engine {r!r}")
+    return out
+
+
+def unchanged_trtllm(bundle_dir: Path, result: dict, config: str = "llm_api.yaml") -> list[str]:
+    """Fields of ``llm_api.yaml`` (nested ones as ``block.field``) whose value TensorRT-LLM resolved differently."""
+    data = yaml.safe_load((Path(bundle_dir) / config).read_text())
+    return _trtllm_diff("", data, result["resolved"])
 
 
 if __name__ == "__main__":  # python tests/engines_helpers.py BUNDLE ENGINE [VERSION]

@@ -187,7 +187,7 @@ def test_plan_notes_go_into_the_recipe_and_the_readme(tmp_path):
     assert any("D=1 (the smallest safe length) replaces D=0 (batch > 48)" in n
                for n in recipe.provenance["engine_notes"])
     text = emit.readme(opts, written, recipe, [])
-    assert "## TensorRT-LLM (TensorRT-LLM main-0004396, llm_args.py at 000439672005)" in text
+    assert "## TensorRT-LLM (TensorRT-LLM 1.4.0rc4, llm_args.py at v1.4.0rc4)" in text
     assert "- draft length per batch size: batch 1-4: 4, batch 5-16: 3, batch 17-64: 1" in text
     assert "## vLLM (vLLM 0.33.0, v0.33.0)" in text
     assert "batch 17-48: 1, batch 49-64: 0" in text

@@ -1,6 +1,7 @@
 """The ``engines`` tier: every bundle case, built from the demo pair by ``trtspec build``, fed to the released
 engines' own config code (vLLM 0.33.0's ``serve`` parser, ``create_engine_config`` and scheduler expansion; SGLang
-0.5.23's ``prepare_server_args``, ``resolve_once``, ``check_server_args`` and model configs) through
+0.5.23's ``prepare_server_args``, ``resolve_once``, ``check_server_args`` and model configs; TensorRT-LLM's
+``llm_args.py`` at main-0004396, the one stored whole: ``update_llm_args_with_extra_dict`` and ``TorchLlmArgs``) through
 ``tools/engines/check_<engine>.py``. Each case asserts that the engine accepts the config and changed none of the
 fields trtspec wrote, that what it runs at every batch size is what trtspec's resolution rule says, and, where the
 engine cannot serve the drafter, that no config is written and the README says why.
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from engines_helpers import check_bundles, engine_python, unchanged_sglang, unchanged_vllm
+from engines_helpers import (TRTLLM_CHECKED, check_bundles, engine_python, unchanged_sglang, unchanged_trtllm,
+                             unchanged_vllm)
 
 from trtspec.builder import pipeline
 from trtspec.builder.engine_facts import DEFAULT_VERSION, engine_version
@@ -23,6 +25,7 @@ from trtspec.builder.engine_schedules import sglang_per_batch, vllm_per_batch
 from trtspec.builder.options import BuildOptions
 from trtspec.builder.sglang_config import SglangArgs
 from trtspec.builder.trtllm_config import validate_llm_api_yaml
+from trtspec.builder.trtllm_schedule import runtime_draft_len
 from trtspec.zoo import demo_pair
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
@@ -193,3 +196,75 @@ def test_engines_are_the_released_versions():
         got = subprocess.run([str(py), "-c", f"import importlib.metadata as m; print(m.version('{engine}'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
         assert got == version == engine_version(engine, version).package.split("==")[1]
+
+
+@pytest.fixture(scope="module")
+def trtllm_results(bundles) -> dict[str, dict]:
+    results = dict(zip(CASES, check_bundles([bundles[n] for n in CASES], "trtllm", TRTLLM_CHECKED)))
+    summary(f"trtllm {TRTLLM_CHECKED}", bundles, results, "llm_api.yaml", unchanged_trtllm)
+    return results
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_trtllm_accepts_the_bundle_unchanged(case, bundles, trtllm_results):
+    """TensorRT-LLM's own merge and validators accept ``llm_api.yaml`` and keep every field trtspec wrote; the
+    engine's mode predicates are the facts trtspec planned with, and the draft length it runs at every batch (from
+    what it resolved, e.g. max_concurrency turned into a schedule) is the one trtspec's rule gives for the file."""
+    r, tv = trtllm_results[case], engine_version("trtllm", TRTLLM_CHECKED)
+    assert r["accepted"], f"{case}: TensorRT-LLM refused llm_api.yaml: {r['error']}"
+    assert unchanged_trtllm(bundles[case], r) == []
+    data = yaml.safe_load((bundles[case] / "llm_api.yaml").read_text())
+    written, spec = data["speculative_config"], r["resolved"]["speculative_config"]
+    dtype = written["decoding_type"]
+    assert spec["_mode"]["support_dynamic_draft_len"] == (dtype in tv["dynamic_draft_len"])
+    assert spec["_mode"]["use_one_engine"] == (dtype in tv["one_engine"])
+    resolved = {**spec, "draft_len_schedule": {int(k): v for k, v in (spec["draft_len_schedule"] or {}).items()}
+                or None}
+    for b in range(1, data["max_batch_size"] + 1):
+        assert runtime_draft_len(resolved, b, tv) == runtime_draft_len(written, b, tv), (case, b)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_trtllm_rewrites_what_trtspec_leaves_to_it(case, bundles, trtllm_results):
+    """Fields trtspec does not write because the engine sets them: a chain's max_total_draft_tokens is max_draft_len;
+    DFlash / DSpark read their layer ids, mask token and (DSpark) block size from the draft's config.json."""
+    written = yaml.safe_load((bundles[case] / "llm_api.yaml").read_text())["speculative_config"]
+    spec = trtllm_results[case]["resolved"]["speculative_config"]
+    assert "max_total_draft_tokens" not in written
+    assert spec["max_total_draft_tokens"] == written["max_draft_len"]
+    if written["decoding_type"] == "DSpark":
+        assert "block_size" not in written and (spec["block_size"], spec["max_draft_len"]) == (BLOCK, BLOCK)
+        assert (spec["target_layer_ids"], spec["mask_token_id"], spec["markov_rank"]) == ([1, 4], 0, 8)
+    if written["decoding_type"] == "DFlash":
+        assert (spec["target_layer_ids"], spec["mask_token_id"]) == ([1, 4], 0)
+
+
+def test_trtllm_refuses_or_overrides_what_trtspec_must_not_write(bundles, tmp_path):
+    """The checker can fail: variants of real bundles' llm_api.yaml that trtspec never writes are refused by the
+    engine with its own message, or rewritten (a chain's max_total_draft_tokens)."""
+    variants = {  # name -> (bundle, change to speculative_config)
+        "total_tokens": ("draft_model-greedy", {"max_total_draft_tokens": 6}),
+        "spelling": ("draft_model-greedy", {"decoding_type": "DraftTarget"}),
+        "smallest_key": ("draft_model-greedy", {"draft_len_schedule": {4: 2, 64: 1}}),
+        "both_limits": ("eagle3-greedy", {"max_concurrency": 32}),
+        "dspark_block": ("dspark", {"block_size": 2}),
+    }
+    dirs = []
+    for name, (case, change) in variants.items():
+        d = tmp_path / name
+        d.mkdir()
+        for sub in ("target", "draft"):
+            if (bundles[case] / sub).exists():
+                (d / sub).symlink_to(bundles[case] / sub)
+        data = yaml.safe_load((bundles[case] / "llm_api.yaml").read_text())
+        data["speculative_config"].update(change)
+        (d / "llm_api.yaml").write_text(yaml.safe_dump(data))
+        dirs.append(d)
+    got = dict(zip(variants, check_bundles(dirs, "trtllm", TRTLLM_CHECKED)))
+    assert got["total_tokens"]["accepted"]
+    assert got["total_tokens"]["resolved"]["speculative_config"]["max_total_draft_tokens"] == 3
+    assert not got["spelling"]["accepted"] and "Draft_Target" in got["spelling"]["error"]
+    assert not got["smallest_key"]["accepted"] and "must equal max_draft_len" in got["smallest_key"]["error"]
+    assert not got["both_limits"]["accepted"] and "mutually exclusive" in got["both_limits"]["error"]
+    assert not got["dspark_block"]["accepted"] and "DSpark block_size must equal max_draft_len" in \
+        got["dspark_block"]["error"]

@@ -295,6 +295,21 @@ def _context_lines(opts: Any, recipe: Any) -> list[str]:
     return lines
 
 
+def _uncertainty_lines(recipe: Any) -> list[str]:
+    """README section: the batches whose predicted speedup interval reaches below 1 (trtspec.recipes.intervals)."""
+    low = [r for r in getattr(recipe, "rows", []) or [] if r.get("draft_len", 0) > 0 and len(r.get("interval") or ()) == 2
+           and r["interval"][0] < 1.0]
+    if not low:
+        return []
+    cells = ", ".join(f"batch {r['batch']}: D={r['draft_len']} {r['speedup']:.2f}x ({r['interval'][0]:.2f}-"
+                      f"{r['interval'][1]:.2f})" for r in low)
+    return ["", "## Uncertainty", "",
+            f"- The predicted speedup may be below 1 (speculation may lose) at {cells}: the interval is the range of "
+            "the planner's errors on published measurements it was not fitted on (`provenance.intervals` in "
+            "recipe.yaml).",
+            f"- Settle it on your deployment: {low[0].get('settle') or '`trtspec bench --server URL --draft-len D`'}."]
+
+
 def readme(opts: Any, written: dict[str, Any], recipe: Any, extra: list[str]) -> str:
     """The bundle's ``README.md``: what is inside, the exact serve commands, and per engine what the config
     means on the version it targets."""
@@ -322,6 +337,7 @@ def readme(opts: Any, written: dict[str, Any], recipe: Any, extra: list[str]) ->
     if gone:
         lines += ["", "## Engines that cannot serve this bundle", ""] + [f"- {n}" for n in gone]
     lines += _context_lines(opts, recipe)
+    lines += _uncertainty_lines(recipe)
     if cfg.notes:
         lines += ["", "## Changes to the plan", ""] + [f"- {n}" for n in cfg.notes]
     lines += ["", "## Files", "- `target/`: target checkpoint (unified Hugging Face layout"

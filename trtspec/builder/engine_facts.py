@@ -22,12 +22,12 @@ ENGINES_DIR = Path(__file__).with_name("engines")
 
 #: engine -> the versions encoded (releases by their number, main-branch reads as ``main-<commit>``).
 VERSIONS: dict[str, tuple[str, ...]] = {
-    "trtllm": ("pr16888-011d093", "main-0004396"),
+    "trtllm": ("pr16888-011d093", "main-0004396", "1.4.0rc4"),
     "vllm": ("main-f19b16d", "main-002e77c", "0.33.0"),
     "sglang": ("main-001067f", "0.5.23"),
 }
 #: the default version of each engine: the newest release users install where one is encoded.
-DEFAULT_VERSION: dict[str, str] = {"trtllm": "main-0004396", "vllm": "0.33.0", "sglang": "0.5.23"}
+DEFAULT_VERSION: dict[str, str] = {"trtllm": "1.4.0rc4", "vllm": "0.33.0", "sglang": "0.5.23"}
 #: the CLI option that selects each engine's version (named in errors).
 VERSION_OPTION = {"trtllm": "--trtllm-version", "vllm": "--vllm-version", "sglang": "--sglang-version"}
 

@@ -79,7 +79,8 @@ class BuildOptions(BaseModel):
     measure_new_tokens: PositiveInt = Field(default=RunConfig.max_new_tokens, description="--acceptance measure: "
                                             "tokens generated per turn.")
     trtllm_version: str = Field(default=DEFAULT_VERSION["trtllm"], description="TensorRT-LLM version llm_api.yaml "
-                                "targets (facts in trtspec/builder/engines/).")
+                                "targets (a release such as 1.4.0rc4, or an encoded main-branch read; facts in "
+                                "trtspec/builder/engines/).")
     vllm_version: str = Field(default=DEFAULT_VERSION["vllm"], description="vLLM version vllm.yaml targets (a "
                               "release such as 0.33.0, or an encoded main-branch read).")
     sglang_version: str = Field(default=DEFAULT_VERSION["sglang"], description="SGLang version sglang.args targets.")

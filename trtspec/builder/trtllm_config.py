@@ -7,9 +7,11 @@ version (its ``tensorrt_llm/llmapi/llm_args.py``); everything else is forbidden 
 field of another version fails here instead of at serve time.
 
 Encoded versions: ``trtspec.builder.engine_facts.VERSIONS["trtllm"]``, one facts file each
-(``trtspec/builder/engines/trtllm-<version>.yaml``, every fact with its ``path@commit``). Validate
-with the version's facts in the pydantic context (:func:`validate_llm_api`); without one the
-default version's facts apply. Rules carried over (both versions unless stated):
+(``trtspec/builder/engines/trtllm-<version>.yaml``, every fact with its ``path@commit`` or
+``path@tag``; the default is the release 1.4.0rc4). Validate with the version's facts in the pydantic
+context (:func:`validate_llm_api`); without one the default version's facts apply. The ``engines``
+test tier feeds every bundle case through TensorRT-LLM's own ``llm_args.py`` (``tools/engines/
+check_trtllm.py``). Rules carried over (every version unless stated):
 
 * ``speculative_config.decoding_type`` is the discriminator: ``Draft_Target``, ``Eagle3``, ``MTP``,
   ``NGram``, ``SA``, ``DFlash``, ``DSpark``.

@@ -62,6 +62,35 @@ def priced_by(recipe) -> str:
     return "\n".join(lines)
 
 
+def speedup_cell(row) -> str:
+    """``1.45x (1.21-1.70)``: the predicted speedup and its interval; ``?`` marks an uncertain row."""
+    text = f"{row['speedup']:.2f}x"
+    iv = row.get("interval") or ()
+    if len(iv) == 2 and row.get("draft_len", 0) > 0:
+        text += f" ({iv[0]:.2f}-{iv[1]:.2f})"
+    if row.get("uncertain"):
+        text += " ?"
+    return text + ("" if row.get("fits_memory", True) else " (OOM)")
+
+
+def uncertainty_notes(recipe) -> list[str]:
+    """What the intervals mean, where they come from, and how to settle the uncertain rows (once per table)."""
+    from trtspec.recipes.intervals import load_intervals
+
+    table = load_intervals()
+    lines = [f"intervals (speedup column): {table.describe()} ({table.path}); widened by the published spread of "
+             "the drafter's acceptance where the acceptance is a prior"]
+    prior = {k: v.get("source", "") for k, v in (recipe.acceptance or {}).items()
+             if str(v.get("name", "")).startswith("prior:")}
+    for kind, src in prior.items():
+        lines.append(f"acceptance ({kind}): {src[:400]}")
+    unsure = [r for r in recipe.rows if r.get("uncertain")]
+    if unsure:
+        lines.append(f"? uncertain at batch {', '.join(str(r['batch']) for r in unsure)}: the interval straddles 1, "
+                     f"so the model cannot say whether speculation wins there; settle it: {unsure[0]['settle']}")
+    return lines
+
+
 def render_table(recipe, console=None, title=None):
     from rich.console import Console
     from rich.table import Table
@@ -76,8 +105,10 @@ def render_table(recipe, console=None, title=None):
         d = str(r["draft_len"]) + (f" (sched {r['schedule_draft_len']})" if "schedule_draft_len" in r else "")
         t.add_row(str(r["batch"]), r["drafter"], d, str(r["num_nodes"]), f"{r['expected_al']:.2f}",
                   f"{r['draft_ms']:.3f}", f"{r['verify_ms']:.3f}", f"{r['step_ms']:.3f}", f"{r['tokens_per_s']:.0f}",
-                  f"{r.get('latency_ms_per_token', 0.0):.2f}", f"{r['speedup']:.2f}x" + ("" if r.get("fits_memory", True) else " (OOM)"), r["binding_rule"])
+                  f"{r.get('latency_ms_per_token', 0.0):.2f}", speedup_cell(r), r["binding_rule"])
     console.print(t)
+    for line in uncertainty_notes(recipe):
+        console.print(line, markup=False)
     console.print("priced by (op class: source):\n" + priced_by(recipe), markup=False)
     cm = recipe.provenance.get("cost_model")
     if isinstance(cm, dict):
@@ -87,7 +118,8 @@ def render_table(recipe, console=None, title=None):
                       "one-row kernel x ceil(G*(1+D)/128), split = the one-row kernel at B*(1+D) requests "
                       + (f"(verify_split and fixed costs from the deployment calibration {cm['calibration']}; kernels x "
                          f"{cm.get('kernel_scale', 1.0):.3f})" if cm.get("calibration") else
-                         "(verify_split fitted on the corpus's train split; trtspec.recipes.pricing)"), markup=False)
+                         "(verify_split fitted on the corpus: benchmarks/bench_fidelity.py --fit; "
+                         "trtspec.recipes.pricing)"), markup=False)
     console.print(f"TensorRT-LLM speculative_config: {recipe.trtllm_speculative_config()}")
     console.print(f"vLLM num_speculative_tokens_per_batch_size: {recipe.vllm_schedule}")
     console.print(f"SGLang: {recipe.sglang}")
@@ -131,8 +163,9 @@ def save_plot(plan_obj, recipe, path):
 @click.option("--draft-model", default=None, help="Draft model (name|dir) for --drafter draft_model.")
 @click.option("--draft-quant", default=None, help="Quantization of the drafter's weights (default: --quant).")
 @click.option("--acceptance", multiple=True, help="FILE | prior:NAME | rates=a1,... | curve=AL1,AL2,... | al=A@D, for all drafters "
-              "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter; "
-              "none -> error).")
+              "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter, "
+              "else the closest published prior for the drafter by model family and size, named in the output, "
+              "its interval widened by the published spread of acceptance; none for the drafter -> error).")
 @click.option("--category", default=None, help="Use the acceptance profile's per-category rates (e.g. coding, math).")
 @click.option("--batch", "batch", default=None, help="Comma-separated batch sizes (default 1,2,4,... up to "
                                                      "--max-batch-size).")

@@ -42,15 +42,23 @@ def buckets_up_to(max_batch_size: int) -> tuple:
 
 
 def resolve_acceptance(drafter: str, arch: Architecture, acceptance, category: str | None = None) -> AcceptanceProfile:
-    """The given source, else the prior naming (drafter, model); ``category`` selects per-category rates."""
+    """The given source, else the prior naming (drafter, model), else the closest published prior for the drafter
+    (``trtspec.recipes.priors.closest_prior``: same family, nearest size; its source says which and why);
+    ``category`` selects per-category rates."""
     if acceptance is not None:
         profile = parse_acceptance(acceptance)
     else:
         profile = default_prior(drafter, arch.name)
         if profile is None:
-            raise AcceptanceError(
-                f"no acceptance source for drafter {drafter!r} on model {arch.name!r}: pass --acceptance "
-                "FILE (from `trtspec bench`), prior:NAME, rates=a1,a2,... or al=A@D")
+            from trtspec.recipes.priors import closest_prior
+
+            match = closest_prior(drafter, arch)
+            if match is None:
+                raise AcceptanceError(
+                    f"no acceptance source for drafter {drafter!r} on model {arch.name!r} and no published prior "
+                    f"for {drafter}: pass --acceptance FILE (from `trtspec bench`), prior:NAME, rates=a1,a2,... or "
+                    "al=A@D")
+            profile = match.profile
     return profile.for_category(category) if category else profile
 
 
@@ -119,6 +127,17 @@ def cost_model_provenance(req: PlanRequest):
     return {"engine": req.engine, **pricer.describe(), **deployed}
 
 
+def _interval_provenance(p: Plan) -> str:
+    """Where the rows' speedup intervals come from, and which rows may lose."""
+    from trtspec.recipes.intervals import load_intervals
+
+    low = [r.batch for r in p.rows if r.draft_len > 0 and r.interval and r.interval[0] < 1.0]
+    table = load_intervals()
+    text = f"recipes/validation/intervals.yaml: {table.describe()}"
+    return text + (f"; the lower end is below 1 (speculation may lose) at batch {', '.join(map(str, low))}"
+                   if low else "")
+
+
 def recipe_from_plan(p: Plan, *, model_label: str, max_batch_size: int, name: str | None = None) -> Recipe:
     req = p.request
     drafter = ",".join(d.kind for d in req.drafters)
@@ -130,6 +149,7 @@ def recipe_from_plan(p: Plan, *, model_label: str, max_batch_size: int, name: st
         "acceptance": {k: v.source for k, v in req.acceptance.items()},
         "acceptance_extrapolated": {k: len(v.rates) < req.max_draft_len for k, v in req.acceptance.items()},
         "objective": req.objective, "max_draft_len_searched": req.max_draft_len,
+        "intervals": _interval_provenance(p),
     }
     curves = None
     if req.draft_len is None:

@@ -27,7 +27,7 @@ One figure is never in an engine file: ``kernel_scale`` (default 1), a factor on
 ``trtspec.recipes.user_calibration``) sets: its kernels may run slower or faster than the measured tables.
 
 Each figure is ``{value: x, justification: "..."}``; a fitted figure's justification says what it was fitted on
-(the corpus's ``split: train`` cases, ``benchmarks/bench_fidelity.py --fit``). ``perf_db`` names the
+(the corpus, ``benchmarks/bench_fidelity.py --fit``). ``perf_db`` names the
 aiconfigurator-core data version that prices this engine's kernels (``default``, and ``overrides`` per system).
 """
 from __future__ import annotations
@@ -160,7 +160,8 @@ def save_engine_file(profile: EngineProfile, path: str | Path, justifications: d
     overrides = ", ".join(f"{k}: {v}" for k, v in sorted(profile.perf_db_overrides.items()))
     lines = [f"# {profile.display_name}: per-step costs that kernel tables do not hold (trtspec.recipes.engines). "
              "Units: microseconds; verification: a fraction.",
-             "# Fitted figures are rewritten by `python benchmarks/bench_fidelity.py --fit` (train split only).",
+             "# Fitted figures are rewritten by `python benchmarks/bench_fidelity.py --fit` (every source of the corpus; "
+             "its leave-one-source-out table says how they transfer).",
              f"name: {profile.name}", f"display_name: {profile.display_name}", "perf_db:",
              f'  version: "{profile.perf_db_version}"', f"  overrides: {{{overrides}}}",
              f"  source: {_quote(PERF_DB_SOURCE.format(engine=profile.name))}", "overheads:"]

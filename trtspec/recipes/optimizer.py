@@ -157,6 +157,9 @@ class Row:
     breakdown_ms: dict = field(default_factory=dict)
     latency_ms_per_token: float = 0.0  # mean per-user TPOT over the workload mix (what --objective latency minimizes)
     sources: dict = field(default_factory=dict)  # op class -> what priced it (verify and draft steps)
+    interval: tuple = ()  # (low, high) of the speedup its validation supports (trtspec.recipes.intervals)
+    uncertain: bool = False  # the interval (of the best D >= 1 on a D = 0 row) straddles 1
+    settle: str = ""  # on an uncertain row: the measurement that settles it
 
     def to_dict(self) -> dict:
         out = {}
@@ -165,6 +168,8 @@ class Row:
                 v = round(v, 5)
             elif isinstance(v, dict):
                 v = {a: round(b, 5) if isinstance(b, float) else b for a, b in v.items()}
+            elif isinstance(v, tuple):
+                v = [round(x, 4) for x in v]
             out[k] = v
         return out
 
@@ -370,6 +375,25 @@ def _binding(req: PlanRequest, ev: _Evaluator, spec: DrafterSpec, profile: Accep
     return f"{prefix}{main} (fixed costs) grows with D"
 
 
+def _interval(req: PlanRequest, p: Point, spec: DrafterSpec, best_spec: Point | None, base: Point,
+              rule: str) -> tuple:
+    """(interval of the row's speedup, uncertain, binding rule, settle) -- see ``trtspec.recipes.intervals``. A row
+    with D >= 1 gets its own interval; a D = 0 row is exact (1x) but is uncertain when the interval of the best
+    D >= 1 straddles 1 (speculation might win there). An uncertain row names the measurement that settles it."""
+    from trtspec.recipes.intervals import settle_command, speedup_interval, uncertain
+
+    if p.draft_len == 0 and best_spec is None:
+        return (1.0, 1.0), False, rule, ""
+    point, kind = (p, spec) if p.draft_len > 0 else (best_spec, next(d for d in req.drafters
+                                                                     if d.kind == best_spec.drafter))
+    lo, hi = speedup_interval(req, kind, point.tokens_per_s / base.tokens_per_s)
+    if not uncertain(lo, hi):
+        return ((lo, hi) if p.draft_len else (1.0, 1.0)), False, rule, ""
+    what = "" if p.draft_len else f" for D={point.draft_len}"
+    rule += f"; uncertain: {lo:.2f}-{hi:.2f}x{what} straddles 1"
+    return ((lo, hi) if p.draft_len else (1.0, 1.0)), True, rule, settle_command(req, point.draft_len, base)
+
+
 def memory_needed(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int, memo: dict | None = None) -> float:
     """Bytes on one GPU: target weights + KV cache / states for ``batch`` requests of ``context + nodes`` tokens +
     the drafter's weights (none at D = 0, where speculation is off). ``memo``: a dict reused across calls of one
@@ -402,19 +426,22 @@ def plan(req: PlanRequest) -> Plan:
 
     Only configurations that fit in memory are chosen; a row where even D = 0 does not fit keeps D = 0 with
     ``fits_memory`` False and a binding rule saying by how much it overflows."""
-    rows, curves, memo = [], {}, {}
+    from trtspec.recipes.jumps import RowState, config_key, jump_rule
+
+    rows, curves, memo, state = [], {}, {}, None
     pricer = request_pricer(req)
     tol = tie_tolerance(req, pricer)
     for batch in sorted({int(b) for b in req.batches}):
         ev = _Evaluator(req, batch, pricer)
         base = ev.point(req.drafters[0], 0, 1.0, 1)
-        best, capped, best_spec = None, None, None
+        best, capped, best_spec, seen = None, None, None, {}
         curves[batch] = {}
         for spec in req.drafters:
             profile = req.acceptance[spec.kind]
             pts = _candidates(ev, spec, profile, req)
             fits_nodes = {n: _fits(req, spec, batch, n, memo) for n in {p.num_nodes for p in pts}}
             feasible = [p for p in pts if fits_nodes[p.num_nodes]]
+            seen.update({config_key(p): p for p in feasible})
             drafting = [p for p in feasible if p.draft_len > 0]
             if drafting and (best_spec is None or _better(_choose(drafting, req, tol), best_spec, req)):
                 best_spec = _choose(drafting, req, tol)
@@ -446,12 +473,20 @@ def plan(req: PlanRequest) -> Plan:
         breakdown["draft"] = p.draft.total * 1e3
         sources = {f"verify.{k}": v for k, v in sorted(p.verify.sources.items())}
         sources.update({f"draft.{k}": v for k, v in sorted(p.draft.sources.items())})
+        interval, unsure, rule, settle = _interval(req, p, spec, best_spec, base, rule)
+        cur = RowState(batch, p.tokens_per_s / base.tokens_per_s,
+                       best_spec.tokens_per_s / base.tokens_per_s if best_spec is not None else None, p, base, fits,
+                       capped is not None, spec.kind if p.draft_len else "none", ev.spec_overhead, seen)
+        jump = jump_rule(pricer, state, cur)
+        state = cur
+        if jump:
+            rule += f"; {jump}"
         rows.append(Row(
             batch=batch, drafter=spec.kind if p.draft_len else "none", draft_len=p.draft_len, num_nodes=p.num_nodes,
             topk=p.topk, expected_al=p.expected_al, draft_ms=p.draft.total * 1e3, verify_ms=p.verify.total * 1e3,
             step_ms=p.step * 1e3, tokens_per_s=p.tokens_per_s, baseline_tokens_per_s=base.tokens_per_s,
             speedup=p.tokens_per_s / base.tokens_per_s, binding_rule=rule,
             fits_memory=bool(fits), breakdown_ms=breakdown, latency_ms_per_token=p.user_latency * 1e3,
-            sources=sources,
+            sources=sources, interval=interval, uncertain=unsure, settle=settle,
         ))
     return Plan(req, rows, curves)

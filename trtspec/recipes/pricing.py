@@ -9,7 +9,7 @@ Shapes the database does not measure, and the rule that derives them from what i
 
 * **verification attention** (T = 1+D query rows per request; the generation tables hold one query row per
   request), between two physical limits, blended by the engine file's ``verification.verify_split`` s in [0, 1]
-  (fitted on the corpus's train split, ``benchmarks/bench_fidelity.py --fit``):
+  (fitted on the corpus, ``benchmarks/bench_fidelity.py --fit``):
 
   - *packed* (s = 0): the T rows of a request read the same KV cache, and the G*T rows that share one KV head are
     packed into MMA tiles of ``gpu.attention_tile_rows`` (128) rows, each tile pass streaming that head's KV once
