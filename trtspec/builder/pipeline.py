@@ -43,8 +43,9 @@ def demo_options(opts: BuildOptions) -> BuildOptions:
     """Fill target/draft/acceptance from the demo pair (``trtspec.zoo.demo_paths()``) when no target is given."""
     if opts.target is not None:
         return opts
-    if opts.drafter not in ("draft_model", "eagle3"):
-        raise ValueError("--target is required unless building the demo pair (--drafter draft_model or eagle3)")
+    if opts.drafter not in ("draft_model", "eagle3", "dflash", "dspark"):
+        raise ValueError("--target is required unless building the demo pair (--drafter draft_model, eagle3, "
+                         "dflash or dspark)")
     try:
         from trtspec.zoo import demo_acceptance_path, demo_pair
         target, demo_drafter = demo_pair(opts.drafter)
@@ -72,10 +73,12 @@ def default_resolver(spec: str, *, draft=None, draft_quant="none", **kw):
     except ImportError as e:
         raise RuntimeError(f"the recipe layer (trtspec.recipes.api) is not available: {e}") from None
     draft_len = kw.pop("draft_len", None)  # a drafter with one possible D (DSpark: its block) plans only that D
-    if draft_len is not None and spec == "auto":
+    max_len = kw.pop("max_draft_len", None)  # a DFlash block bounds D
+    if (draft_len is not None or max_len is not None) and spec == "auto":
         req = api.build_request(model=kw["model"], gpu=kw["gpu"], drafters=kw["drafter"], acceptance=kw["acceptance"],
                                 tp=kw["tp"], quant=kw["quant"], context=kw["context"], calibration=kw["calibration"],
-                                max_batch_size=kw["max_batch_size"], max_draft_len=draft_len, draft_len=draft_len)
+                                max_batch_size=kw["max_batch_size"], max_draft_len=draft_len or max_len,
+                                draft_len=draft_len)
         return api.recipe_from_plan(api.plan(req), model_label=Path(kw["model"]).name,
                                     max_batch_size=kw["max_batch_size"])
     if draft is not None and kw.get("drafter") == "draft_model":
@@ -222,6 +225,8 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                 kw["acceptance"] = measured.profile
             if vi.fixed_draft_len:  # DSpark: D is the checkpoint's block size
                 kw["draft_len"] = vi.fixed_draft_len
+            elif vi.block_max_draft_len:  # DFlash: D at most what its block gives
+                kw["max_draft_len"] = vi.block_max_draft_len
             try:
                 recipe = recipe_resolver(opts.recipe, **kw)
             except ValueError as e:

@@ -85,6 +85,15 @@ class ValidatedInputs:
             return self.block_draft.block_size
         return None
 
+    @property
+    def block_max_draft_len(self) -> Optional[int]:
+        """The largest D a DFlash / DSpark draft's block gives (:func:`trtspec.runtime.block_head.block_drafts`)."""
+        if self.block_draft is None or not self.block_draft.block_size:
+            return None
+        from trtspec.runtime.block_head import block_drafts
+
+        return block_drafts(self.block_draft.drafter, int(self.block_draft.block_size))
+
 
 def read_safetensors_header(path: Path) -> dict:
     """Tensor table of one ``.safetensors`` file: ``{name: {"dtype", "shape", "data_offsets"}}``.
