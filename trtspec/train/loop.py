@@ -50,13 +50,12 @@ def train(model, params, seqs, cfg: TrainDraftConfig, *, quiet: bool = False, lo
             opt.step()
             losses.append(float(out.loss.detach()))
             accs.append(_accuracy(out))
-            if bar is not None:
-                bar(step + 1, losses[-1], accs[-1])
+            bar(step + 1, losses[-1], accs[-1])
             if (step + 1) % 25 == 0 or step + 1 == cfg.steps:
                 rec = {"step": step + 1, "loss": sum(losses) / len(losses), "accuracy": sum(accs) / len(accs),
                        "lr": lr_at(step, cfg), "s": round(time.perf_counter() - t0, 1)}
                 history.append(rec)
-                if quiet:
+                if quiet or bar.plain:              # no live bar (quiet, or output is not a terminal): log lines
                     log(f"step {rec['step']}/{cfg.steps} loss {rec['loss']:.4f} accuracy {rec['accuracy']:.3f} "
                         f"{rec['s']:.0f}s")
                 losses, accs = [], []
@@ -65,14 +64,18 @@ def train(model, params, seqs, cfg: TrainDraftConfig, *, quiet: bool = False, lo
 
 
 class _bar:
-    """rich progress over steps with the last loss and accuracy; None when quiet."""
+    """rich progress over steps with the last loss and accuracy: ``bar(step, loss, accuracy)``; ``bar.plain`` is
+    True when nothing is drawn live (quiet, or the console is not interactive, e.g. output to a file)."""
 
     def __init__(self, quiet: bool, total: int):
-        self.quiet, self.total = quiet, total
+        self.quiet, self.total, self.progress = quiet, total, None
 
     def __enter__(self):
-        if self.quiet:
-            return None
+        from rich.console import Console
+
+        self.plain = self.quiet or not Console().is_interactive
+        if self.plain:
+            return self
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
             TimeRemainingColumn
 
@@ -80,11 +83,15 @@ class _bar:
                                  TextColumn("loss {task.fields[loss]} accuracy {task.fields[acc]}"),
                                  TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
         self.progress.start()
-        task = self.progress.add_task("train", total=self.total, loss="-", acc="-")
-        return lambda step, loss, acc: self.progress.update(task, completed=step, loss=f"{loss:.4f}", acc=f"{acc:.3f}")
+        self.task = self.progress.add_task("train", total=self.total, loss="-", acc="-")
+        return self
+
+    def __call__(self, step: int, loss: float, acc: float) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step, loss=f"{loss:.4f}", acc=f"{acc:.3f}")
 
     def __exit__(self, *exc):
-        if not self.quiet:
+        if self.progress is not None:
             self.progress.stop()
         return False
 

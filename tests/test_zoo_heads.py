@@ -1,0 +1,80 @@
+"""The demo target's drafter heads (EAGLE-3, DFlash, DSpark) trained by ``trtspec train-draft``: their records,
+their acceptance profiles (consistent with their counts, and at the card's goals), lossless decoding, and the
+build defaults that pick them."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trtspec.zoo import HEAD_DRAFTERS, demo_acceptance_path, demo_draft, demo_paths
+from trtspec.zoo.heads import DEMO_HEADS
+
+#: AL at full block (DFlash, DSpark) / at D=4 (EAGLE-3) on the card's 32 held-out prompts
+GOALS = {"eagle3": (4, 3.3), "dflash": (7, 2.0), "dspark": (8, 2.5)}
+
+
+def _expected_al(rates, D):
+    al, joint = 1.0, 1.0
+    for r in rates[:D]:
+        joint *= r
+        al += joint
+    return al
+
+
+@pytest.mark.parametrize("drafter", HEAD_DRAFTERS)
+def test_head_profile_is_consistent_and_meets_its_goal(drafter):
+    prof = json.loads(demo_acceptance_path(drafter).read_text())
+    assert prof["format"] == "trtspec.acceptance/v1" and prof["drafter"] == drafter
+    c = prof["counts"]
+    assert prof["rates"] == pytest.approx([a / r if r else 0.0 for a, r in zip(c["accepted"], c["reached"])])
+    assert prof["mean_al"] == pytest.approx(1 + sum(c["accepted"]) / c["reached"][0])
+    for d, al in prof["al_by_draft_len"].items():
+        assert al == pytest.approx(_expected_al(prof["rates"], int(d)), abs=1e-5)
+    assert prof["greedy_match"] == 1.0
+    D, goal = GOALS[drafter]
+    assert prof["al_by_draft_len"][str(D)] >= goal
+
+
+@pytest.mark.parametrize("drafter", HEAD_DRAFTERS)
+def test_head_record_states_how_it_was_trained(drafter):
+    rec = json.loads((demo_draft(drafter) / "train_draft.json").read_text())
+    assert rec["format"] == "trtspec.train_draft/v1" and rec["drafter"] == drafter
+    assert rec["command"].startswith(f"trtspec train-draft --drafter {drafter} --out trtspec/zoo/demo/{drafter}")
+    cfg = rec["config"]
+    for key, value in DEMO_HEADS[drafter].items():
+        assert cfg[key] == value, key
+    assert rec["wall_s"]["train"] > 0 and rec["data"]["self_distill"] is True
+    assert rec["versions"]["nvidia-modelopt"]
+    from trtspec.train.run import vocab_digest
+    from trtspec.train.derive import TargetInfo
+
+    assert rec["target_tokenizer_vocab_sha256"] == vocab_digest(TargetInfo.read(demo_paths()[0]).tokenizer_vocab)
+
+
+@pytest.mark.parametrize("drafter", HEAD_DRAFTERS)
+def test_head_decodes_losslessly_on_held_out_prompts(drafter):
+    from tokenizers import Tokenizer
+
+    from trtspec.runtime import load_pipeline
+    from trtspec.zoo import data
+
+    target, _ = demo_paths()
+    tok = Tokenizer.from_file(str(target / "tokenizer.json"))
+    prompts = data.function_prompts(data.CorpusSplit.build(), tok, 32, 64)[::8]
+    base = load_pipeline(target, draft_len=0)
+    pipe = load_pipeline(target, demo_draft(drafter), drafter=drafter)
+    got = [o for o, _ in pipe.generate_ids(prompts, max_new_tokens=32)]
+    assert got == [o for o, _ in base.generate_ids(prompts, max_new_tokens=32)]
+    assert pipe.last_stats.mean_al > 1.8
+
+
+@pytest.mark.parametrize("drafter", HEAD_DRAFTERS)
+def test_demo_build_options_pick_the_head_and_its_profile(tmp_path, drafter):
+    from trtspec.builder.options import BuildOptions
+    from trtspec.builder.pipeline import demo_options
+
+    opts = demo_options(BuildOptions(drafter=drafter, out=tmp_path / "b", cache_dir=tmp_path / "c"))
+    assert opts.draft == demo_draft(drafter) and opts.acceptance == str(demo_acceptance_path(drafter))
+    with pytest.raises(ValueError, match="--target is required unless building the demo pair"):
+        demo_options(BuildOptions(drafter="ngram", out=tmp_path / "b", cache_dir=tmp_path / "c"))
