@@ -71,3 +71,19 @@ def test_block_graph_refuses_sampled_export(target_dir, tmp_path):
     with pytest.raises(ExportError, match="aux_layer_ids are given exactly when drafter is one of"):
         ExportSpec(max_nodes=5, num_layers=1, kv_heads=1, head_dim=4, hidden_size=4, vocab_size=8,
                    draft_num_layers=1, draft_kv_heads=1, draft_head_dim=4, draft_hidden_size=4, drafter="dspark")
+
+
+@pytest.mark.slow   # exports the 6-layer demo target twice (about a minute each on 2 quiet cores)
+@pytest.mark.parametrize("drafter", ["dflash", "dspark"])
+def test_block_graph_loop_on_the_demo_heads_equals_runtime_greedy(tmp_path, drafter):
+    from trtspec.zoo import demo_pair
+
+    target, head = demo_pair(drafter)
+    pipe = load_pipeline(target, draft_len=0)
+    prompts = [pipe.tokenizer.encode(p) for p in ("def fibonacci(n):\n    ", "import os\n\n\nclass Config:\n")]
+    reference = [ids for ids, _ in pipe.generate_ids(prompts, max_new_tokens=24)]
+    D = load_pipeline(target, head, drafter=drafter).spec.draft_len             # the whole block
+    export_step_graphs(target, head, tmp_path / drafter, max_nodes=D + 1, drafter=drafter)
+    out, stats = OnnxSpecDecoder(tmp_path / drafter, draft_len=D).generate(prompts, 24, eos_ids=pipe.stop_token_ids)
+    assert out == reference
+    assert stats.mean_al > 1.5               # the demo heads are accepted often on code

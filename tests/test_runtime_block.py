@@ -244,6 +244,22 @@ def test_tokenizer_mismatch_is_refused_before_any_weight_loads(target_dir, tmp_p
         load_pipeline(target_dir, path, drafter="dflash")
 
 
+def test_head_trained_for_another_tokenizer_is_refused_before_any_weight_loads(target_dir, tmp_path):
+    from trtspec.runtime.api import Tokenizer
+    from trtspec.runtime.drafters.block import vocab_digest
+
+    path = make_block_head(tmp_path / "h", target_dir)
+    (path / "train_draft.json").write_text(json.dumps({"target_tokenizer_vocab_sha256":
+                                                       vocab_digest(byte_tokenizer(200).get_vocab())}))
+    _corrupt_weights(path)
+    with pytest.raises(ModelFormatError, match="tokenizer mismatch: .*train_draft.json says the head was trained"):
+        load_pipeline(target_dir, path, drafter="dflash")
+    (path / "train_draft.json").write_text(json.dumps({"target_tokenizer_vocab_sha256":
+                                                       vocab_digest(Tokenizer(target_dir).vocab())}))
+    with pytest.raises(ModelFormatError, match="corrupt or truncated"):      # the record matches; the load fails
+        load_pipeline(target_dir, path, drafter="dflash")
+
+
 def test_wrong_drafter_for_the_head_is_named(target_dir, tmp_path):
     path = make_block_head(tmp_path / "s", target_dir, drafter="dspark")
     with pytest.raises(ModelFormatError, match="a dspark head .* pass --drafter dspark"):

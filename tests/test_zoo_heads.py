@@ -46,7 +46,7 @@ def test_head_record_states_how_it_was_trained(drafter):
         assert cfg[key] == value, key
     assert rec["wall_s"]["train"] > 0 and rec["data"]["self_distill"] is True
     assert rec["versions"]["nvidia-modelopt"]
-    from trtspec.train.run import vocab_digest
+    from trtspec.runtime.drafters.block import vocab_digest
     from trtspec.train.derive import TargetInfo
 
     assert rec["target_tokenizer_vocab_sha256"] == vocab_digest(TargetInfo.read(demo_paths()[0]).tokenizer_vocab)

@@ -217,6 +217,10 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
 
         check_block_draft(draft, drafter, tcfg, spec)
         _check_same_tokenizer(tok, Path(draft))
+    if draft is not None and drafter in ("eagle3", *BLOCK_DRAFTERS):
+        from trtspec.runtime.drafters.block import check_trained_for
+
+        check_trained_for(draft, tok.vocab())
 
     model = load_model(target_dir, device=device, dtype=dtype, quant_activations=quant_activations)
     if drafter == "ngram":

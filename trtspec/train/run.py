@@ -8,22 +8,16 @@ was derived, the data, the tool versions, the corrections made to the export, th
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import platform
 import sys
 import time
 from pathlib import Path
 
+from trtspec.runtime.drafters.block import TRAIN_RECORD as RECORD, vocab_digest
 from trtspec.train.config import TrainDraftConfig, TrainInputError
 from trtspec.train.derive import Derived, TargetInfo
 
-RECORD = "train_draft.json"
-
-
-def vocab_digest(vocab: dict) -> str:
-    """sha256 of a tokenizer's ``token -> id`` map (sorted): what must match between a target and its draft."""
-    return hashlib.sha256(json.dumps(sorted(vocab.items())).encode()).hexdigest()
 
 
 def check_inputs(cfg: TrainDraftConfig, target: Path, out: Path) -> tuple[TargetInfo, Derived]:
