@@ -59,6 +59,10 @@ class BuildOptions(BaseModel):
     max_seq_len: Optional[PositiveInt] = Field(default=None, description="Prompt + output tokens per request "
                                                "(None: min(4096, the target's max_position_embeddings)).")
     recipe: str = Field(default="auto", description="auto (plan now), a recipe YAML file, or a recipe-book name.")
+    calibration: Optional[Path] = Field(default=None, description="For --recipe auto: a deployment calibration "
+                                        "from `trtspec calibrate` (the engine figures fitted to your own measured "
+                                        "points; it must match the target, --gpu, --tp and --quant, and the recipe "
+                                        "is planned for its engine) or a cost_table.json from `trtspec profile`.")
     acceptance: Optional[str] = Field(default=None, description="Acceptance for --recipe auto: a profile JSON, "
                                       "prior:NAME, rates=a1,a2,..., curve=AL1,AL2,... (mean AL at D=1,2,...) or "
                                       "al=A@D; or 'measure': run the pair on the local runtime with the built-in "
@@ -106,6 +110,8 @@ class BuildOptions(BaseModel):
                              f"{self.verify} (use --drafter draft_model for sampled or block graphs)")
         if self.backend == "tensorrt" and self.quant not in TENSORRT_QUANTS:
             raise ValueError(f"--backend tensorrt supports --quant {', '.join(TENSORRT_QUANTS)}; got {self.quant}")
+        if self.calibration is not None and self.recipe != "auto":
+            raise ValueError(f"--calibration applies to --recipe auto (planning now), got --recipe {self.recipe}")
         if self.acceptance == "measure" and self.recipe != "auto":
             raise ValueError(f"--acceptance measure plans the recipe from the measurement: it needs --recipe auto, "
                              f"got --recipe {self.recipe}")

@@ -146,7 +146,20 @@ def _recipe_kwargs(opts: BuildOptions) -> dict:
     quant = PLANNER_QUANT.get(opts.quant, opts.quant)
     return dict(model=str(opts.target), gpu=opts.gpu, tp=opts.tp, quant=quant, drafter=opts.drafter,
                 acceptance=opts.acceptance, max_batch_size=opts.max_batch_size, context=opts.max_seq_len,
-                calibration=None, draft=opts.draft, draft_quant=opts.draft_quant)
+                calibration=None if opts.calibration is None else str(opts.calibration), draft=opts.draft,
+                draft_quant=opts.draft_quant)
+
+
+def _calibration_kind(path) -> str:
+    """What a --calibration file is, for the bundle README."""
+    from trtspec.recipes.user_calibration import DeploymentCalibration, read_calibration
+
+    cal = read_calibration(path)
+    if isinstance(cal, DeploymentCalibration):
+        s = cal.setup
+        return (f"trtspec calibrate: {s.engine} figures fitted on {cal.fit.get('points')} points measured on "
+                f"{s.model} / {s.gpu} x{s.tp} / {s.quant} / {s.drafter}")
+    return f"trtspec profile cost table of {cal.device}"
 
 
 def _describe_recipe(recipe) -> str:
@@ -235,6 +248,9 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                     raise
                 raise hinted from e
             state["recipe"] = recipe
+            if opts.calibration is not None:  # the bundle README says what the recipe was planned with
+                vi.notes.append(f"recipe planned with --calibration {opts.calibration} "
+                                f"({_calibration_kind(opts.calibration)})")
             if int(recipe.max_draft_len) < 1:
                 raise ValueError(f"--recipe {opts.recipe}: speculation pays at no batch size for this model, GPU and "
                                  f"acceptance (max_draft_len {recipe.max_draft_len}); nothing to deploy with "

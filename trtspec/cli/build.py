@@ -36,6 +36,8 @@ def _default(name):
 @click.option("--max-seq-len", type=int, default=_default("max_seq_len"), help=help_of("max_seq_len"))
 @click.option("--recipe", default=_default("recipe"), help=help_of("recipe"))
 @click.option("--acceptance", default=None, help=help_of("acceptance"))
+@click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help=help_of("calibration"))
 @click.option("--measure-prompts", type=int, default=None, help=help_of("measure_prompts"))
 @click.option("--measure-new-tokens", type=int, default=_default("measure_new_tokens"),
               help=help_of("measure_new_tokens"))
@@ -54,8 +56,8 @@ def _default(name):
               "(needs TensorRT-LLM and a GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (plan or manifest) as JSON on stdout.")
 def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, calib_samples, calib_seq_len, gpu, tp,
-          max_batch_size, max_seq_len, recipe, acceptance, measure_prompts, measure_new_tokens, trtllm_version,
-          vllm_version, backend, verify, device, out, cache_dir, no_cache, dry_run, smoke_test, as_json):
+          max_batch_size, max_seq_len, recipe, acceptance, calibration, measure_prompts, measure_new_tokens,
+          trtllm_version, vllm_version, backend, verify, device, out, cache_dir, no_cache, dry_run, smoke_test, as_json):
     """Validate the pair, resolve the recipe, quantize with Model-Optimizer, export unified HF
     checkpoints and write llm_api.yaml / vllm.yaml / sglang.args / recipe.yaml / manifest.json /
     README.md into --out, atomically. With no arguments: the demo pair for an H200."""
@@ -70,7 +72,7 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
     fields = dict(target=target, draft=draft, drafter=drafter, quant=quant, draft_quant=draft_quant,
                   kv_cache_quant=kv_cache_quant, calib=calib, calib_samples=calib_samples,
                   calib_seq_len=calib_seq_len, gpu=gpu, tp=tp, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
-                  recipe=recipe, acceptance=acceptance, measure_prompts=measure_prompts,
+                  recipe=recipe, acceptance=acceptance, calibration=calibration, measure_prompts=measure_prompts,
                   measure_new_tokens=measure_new_tokens, trtllm_version=trtllm_version, vllm_version=vllm_version,
                   backend=backend, verify=verify, device=device,
                   out=out,

@@ -84,7 +84,9 @@ def render_table(recipe, console=None, title=None):
         console.print(f"engine {cm.get('engine')}: fixed costs from {cm.get('engine_overheads')}; verification "
                       f"attention at 1+D query rows = packed + {split:.2f} x (split - packed), packed = the measured "
                       "one-row kernel x ceil(G*(1+D)/128), split = the one-row kernel at B*(1+D) requests "
-                      "(verify_split fitted on the corpus's train split; trtspec.recipes.pricing)", markup=False)
+                      + (f"(verify_split and fixed costs from the deployment calibration {cm['calibration']}; kernels x "
+                         f"{cm.get('kernel_scale', 1.0):.3f})" if cm.get("calibration") else
+                         "(verify_split fitted on the corpus's train split; trtspec.recipes.pricing)"), markup=False)
     console.print(f"TensorRT-LLM speculative_config: {recipe.trtllm_speculative_config()}")
     console.print(f"vLLM num_speculative_tokens_per_batch_size: {recipe.vllm_schedule}")
     console.print(f"SGLang: {recipe.sglang}")
@@ -139,8 +141,9 @@ def save_plot(plan_obj, recipe, path):
               help="KV-cache length in tokens, or a comma list of context buckets (e.g. 1k,8k,32k; k = 1024): one "
                    "table per bucket. TensorRT-LLM's draft_len_schedule has only a batch axis: use the bucket of "
                    "the engine's --max-seq-len.")
-@click.option("--engine", type=click.Choice(ENGINES), default=_DEF["engine"], show_default=True,
-              help="Serving engine whose measured kernels and per-step costs price the steps (recipes/engines).")
+@click.option("--engine", type=click.Choice(ENGINES), default=None,
+              help="Serving engine whose measured kernels and per-step costs price the steps (recipes/engines) "
+                   f"[default: a --calibration's engine, else {_DEF['engine']}].")
 @click.option("--pricing", type=click.Choice(PRICINGS), default=_DEF["pricing"], show_default=True,
               help="perf-db: measured kernel data (aiconfigurator-core) where it exists, roofline elsewhere; "
                    "roofline: the analytic model alone.")
@@ -152,7 +155,9 @@ def save_plot(plan_obj, recipe, path):
               help="throughput: max aggregate tok/s (smallest D within 0.1%); latency: min mean per-user ms/token "
                    "over the acceptance profile's categories (any gain counts).")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="cost_table.json from `trtspec profile` (replaces analytic step times).")
+              help="cost_table.json from `trtspec profile` (replaces the step times), or a deployment calibration "
+                   "from `trtspec calibrate` (engine figures fitted to your own measured points; refused for another "
+                   "model, GPU, engine, TP, EP, quant or drafter); the file's 'format' key says which.")
 @click.option("--json", "as_json", is_flag=True, help="Print the recipe as JSON.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG: speedup vs D per batch.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the recipe YAML here.")

@@ -38,7 +38,7 @@ from trtspec.recipes.costmodel import Precision, StepCost, cache_bytes, forward_
 from trtspec.recipes.drafters import DrafterSpec
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
-from trtspec.recipes.engines import ENGINES
+from trtspec.recipes.engines import ENGINES, EngineProfile
 from trtspec.recipes.pricing import PRICINGS, make_pricer
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -54,7 +54,9 @@ class PlanRequest:
     ``engine`` (trtllm | vllm | sglang, default trtllm): whose measured kernels and per-step costs price the steps
     (``trtspec.recipes.pricing``); ``pricing``: ``perf-db`` (default: measured kernel data where it exists, the
     roofline elsewhere, the engine's fixed costs) or ``roofline`` (the analytic model alone, GPU-file fixed costs);
-    ``ep``: expert-parallel GPUs of the MoE layers (divides ``tp``; measured MoE pricing only)."""
+    ``ep``: expert-parallel GPUs of the MoE layers (divides ``tp``; measured MoE pricing only); ``engine_profile``:
+    an ``EngineProfile`` of ``engine`` replacing its file ``recipes/engines/<engine>.yaml`` (a deployment
+    calibration's fitted figures, ``trtspec.recipes.user_calibration``; ``pricing='perf-db'`` only)."""
 
     model: Architecture
     gpu: GPU
@@ -74,6 +76,7 @@ class PlanRequest:
     engine: str = "trtllm"
     pricing: str = "perf-db"
     ep: int = 1
+    engine_profile: EngineProfile | None = None
 
     def __post_init__(self):
         if not self.drafters:
@@ -100,6 +103,10 @@ class PlanRequest:
             raise RecipeError(f"--pricing must be one of {PRICINGS}, got {self.pricing!r}")
         if self.ep < 1 or self.tp % self.ep:
             raise RecipeError(f"--ep must be >= 1 and divide --tp {self.tp}, got {self.ep}")
+        if self.engine_profile is not None and (self.engine_profile.name != self.engine or self.pricing != "perf-db"
+                                                or self.calibration is not None):
+            raise RecipeError(f"engine_profile {self.engine_profile.name!r} prices --engine {self.engine} with "
+                              f"--pricing perf-db and no cost table only")
         if self.gpu.requires_calibration and self.calibration is None:
             raise RecipeError(f"gpu {self.gpu.name!r} has no datasheet figures; pass --calibration cost_table.json")
         Precision.of(self.quant)
@@ -176,7 +183,17 @@ def request_pricer(req: PlanRequest):
     """The request's ``Pricer`` (None: a measured cost table prices the steps, or ``pricing='roofline'``)."""
     if req.calibration is not None:
         return None
-    return make_pricer(req.gpu, req.engine, req.pricing)
+    return make_pricer(req.gpu, req.engine, req.pricing, profile=req.engine_profile)
+
+
+def _kernels_scaled(cost: StepCost, pricer) -> StepCost:
+    """``cost`` with every class but the engine's fixed costs times the engine profile's ``kernel_scale``."""
+    scale = pricer.engine.kernel_scale if pricer is not None else 1.0
+    if scale != 1.0:
+        for k, v in cost.as_dict().items():
+            if k != "engine":
+                setattr(cost, k, v * scale)
+    return cost
 
 
 class _Evaluator:
@@ -208,9 +225,9 @@ class _Evaluator:
             if r.calibration is not None:
                 self._verify[tokens] = StepCost(linear=r.calibration.target_time(self.batch, tokens))
             else:
-                self._verify[tokens] = forward_cost(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch,
-                                                    tokens=tokens, context=r.context, pricer=self.pricer, ep=r.ep,
-                                                    blocks=self.blocks)
+                self._verify[tokens] = _kernels_scaled(forward_cost(
+                    r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch, tokens=tokens, context=r.context,
+                    pricer=self.pricer, ep=r.ep, blocks=self.blocks), self.pricer)
         return self._verify[tokens]
 
     def draft(self, spec: DrafterSpec, depth: int, width: int) -> StepCost:
@@ -225,8 +242,9 @@ class _Evaluator:
                 else:
                     cost = StepCost(linear=depth * r.calibration.draft_step_time(self.batch, width))
             else:
-                cost = spec.step_time(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch, draft_len=depth,
-                                      context=r.context, width=width, pricer=self.pricer, ep=r.ep)
+                cost = _kernels_scaled(spec.step_time(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch,
+                                                      draft_len=depth, context=r.context, width=width,
+                                                      pricer=self.pricer, ep=r.ep), self.pricer)
             self._draft[key] = cost
         return self._draft[key]
 

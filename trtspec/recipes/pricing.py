@@ -72,7 +72,8 @@ class Pricer:
         """What prices what, for plan provenance."""
         return {"kernels": self.label if self.db else f"roofline ({self.note})", "engine": self.engine.name,
                 "engine_overheads": self.engine.path, "perf_db_tiers": sorted(self.db.tiers) if self.db else [],
-                "verify_split": self.engine.verify_split}
+                "verify_split": self.engine.verify_split,
+                **({"kernel_scale": self.engine.kernel_scale} if self.engine.kernel_scale != 1.0 else {})}
 
     # ---- single GEMMs (drafter heads, fc layers) -----------------------------------------------------------------
     def gemm(self, n: float, k: int, m: int, prec, wbytes: float | None = None) -> float | None:
@@ -194,14 +195,16 @@ def _attention(p: Pricer, arch, block, prec, tp: int, batch: int, tokens: int, c
     return None if apart is None else packed + split * (apart - packed)
 
 
-def make_pricer(gpu: GPU, engine: str = "trtllm", pricing: str = "perf-db") -> Pricer | None:
-    """The ``Pricer`` for ``gpu`` under ``engine``; ``pricing='roofline'`` returns None (the analytic model alone).
+def make_pricer(gpu: GPU, engine: str = "trtllm", pricing: str = "perf-db",
+                profile: EngineProfile | None = None) -> Pricer | None:
+    """The ``Pricer`` for ``gpu`` under ``engine``; ``pricing='roofline'`` returns None (the analytic model alone);
+    ``profile``: the engine's figures to use instead of its file (a deployment calibration's).
 
     A GPU without a ``perf_db`` system, or a database that cannot be loaded, keeps the engine's fixed costs and
     prices every kernel class by the roofline (``Pricer.note`` says why)."""
     if pricing not in PRICINGS:
         raise RecipeError(f"--pricing must be one of {PRICINGS}, got {pricing!r}")
-    profile = load_engine(engine)
+    profile = profile if profile is not None else load_engine(engine)
     if pricing == "roofline":
         return None
     if not gpu.perf_db_system:
