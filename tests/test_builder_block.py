@@ -56,3 +56,4 @@ def test_block_bundle_is_valid_and_loads_in_the_runtime(tmp_path, target, drafte
     prompts = [[1, 2, 3, 4], [9, 9]]
     assert [g for g, _ in pipe.generate_ids(prompts, max_new_tokens=10)] == \
         [g for g, _ in base.generate_ids(prompts, max_new_tokens=10)]
+

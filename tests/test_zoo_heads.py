@@ -78,3 +78,44 @@ def test_demo_build_options_pick_the_head_and_its_profile(tmp_path, drafter):
     assert opts.draft == demo_draft(drafter) and opts.acceptance == str(demo_acceptance_path(drafter))
     with pytest.raises(ValueError, match="--target is required unless building the demo pair"):
         demo_options(BuildOptions(drafter="ngram", out=tmp_path / "b", cache_dir=tmp_path / "c"))
+
+
+@pytest.mark.parametrize("drafter", ["dflash", "dspark"])
+def test_demo_block_bundle_is_planned_from_the_head_profile_and_validates(tmp_path, drafter):
+    """`trtspec build --drafter dflash|dspark` with no --target/--draft: the demo head, a recipe planned from its
+    measured profile (D within its block), configs TensorRT-LLM's rules accept."""
+    import yaml
+    from click.testing import CliRunner
+
+    from trtspec.builder.trtllm_config import validate_llm_api_yaml
+    from trtspec.cli import main
+    from trtspec.runtime.block_head import read_block_config
+
+    out = tmp_path / "b"
+    res = CliRunner().invoke(main, ["build", "--drafter", drafter, "--out", str(out), "--quant", "none",
+                                    "--cache-dir", str(tmp_path / "c"), "--json"])
+    assert res.exit_code == 0, res.output
+    prof = json.loads(demo_acceptance_path(drafter).read_text())
+    recipe = yaml.safe_load((out / "recipe.yaml").read_text())
+    assert recipe["acceptance"][drafter]["rates"] == pytest.approx(prof["rates"])
+    spec = validate_llm_api_yaml(out / "llm_api.yaml").speculative_config
+    drafts = read_block_config(demo_draft(drafter)).drafts
+    assert spec.max_draft_len <= drafts and (drafter != "dspark" or spec.max_draft_len == drafts)
+    assert (out / "vllm.yaml").is_file() and (out / "sglang.args").is_file()
+
+
+def test_acceptance_measure_runs_the_demo_block_drafter_at_its_block(tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.builder.trtllm_config import validate_llm_api_yaml
+    from trtspec.cli import main
+
+    out = tmp_path / "b"
+    res = CliRunner().invoke(main, ["build", "--drafter", "dflash", "--acceptance", "measure", "--measure-prompts", "1",
+                                    "--measure-new-tokens", "16", "--out", str(out), "--quant", "none",
+                                    "--cache-dir", str(tmp_path / "c"), "--json"])
+    assert res.exit_code == 0, res.output
+    prof = json.loads((out / "acceptance.json").read_text())
+    assert prof["drafter"] == "dflash" and prof["draft_len"] == 7              # a block of 8 gives 7 drafts
+    assert prof["mean_al"] > 1.5
+    assert validate_llm_api_yaml(out / "llm_api.yaml").speculative_config.max_draft_len <= 7
