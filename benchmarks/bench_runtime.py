@@ -3,13 +3,13 @@
 Same runtime, same prompts, same target: the baseline is the pipeline with D = 0 (plain decoding
 through the same step). Greedy decoding, so both produce identical tokens (checked).
 
-    python benchmarks/bench_runtime.py [--target DIR --draft DIR] [--drafter ngram|eagle3]
+    python benchmarks/bench_runtime.py [--target DIR --draft DIR] [--drafter ngram|eagle3|dflash|dspark]
         [--draft-len D | --tree topk=K,depth=L] [--batch-sizes 1,4,16] [--max-new-tokens N]
         [--prompts generic|code] [--num-prompts N] [--repeats R] [--clock wall|cpu] [--threads T]
         [--json] [--plot out.png]
 
-With no --target it uses the demo pair (``trtspec.zoo.demo_paths()``; ``--drafter eagle3`` its
-EAGLE-3 head). At batch size B every prompt of the set is decoded, B at a time (a set smaller than
+With no --target it uses the demo pair (``trtspec.zoo.demo_paths()``; ``--drafter eagle3|dflash|dspark``
+its heads). At batch size B every prompt of the set is decoded, B at a time (a set smaller than
 B is repeated to fill one batch). ``--prompts code``: the first 64 tokens of held-out standard-library
 functions (the demo pair's domain, as in its model card; needs the target's tokenizer.json).
 """
@@ -124,7 +124,7 @@ def plot(rows, title, path: Path):
 @click.command()
 @click.option("--target", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Default: demo pair.")
 @click.option("--draft", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--drafter", type=click.Choice(["draft_model", "ngram", "eagle3"]), default="draft_model",
+@click.option("--drafter", type=click.Choice(["draft_model", "ngram", "eagle3", "dflash", "dspark"]), default="draft_model",
               show_default=True)
 @click.option("--draft-len", "draft_len", type=int, default=4, show_default=True)
 @click.option("--tree", help="'topk=K,depth=L' instead of a chain.")

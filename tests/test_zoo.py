@@ -229,11 +229,9 @@ def test_smoke_training_run(tmp_path):
     prof = json.loads((out / "acceptance.json").read_text())
     assert prof["format"] == "trtspec.acceptance/v1" and prof["draft_len"] == 4
     assert all(v == 1.0 for v in meas["acceptance"]["greedy_match"].values())
-    head = json.loads((out / "eagle3" / "measurements.json").read_text())
-    assert head["acceptance"]["greedy_match"] == 1.0
+    assert not any((out / d).exists() for d in ("eagle3", "dflash", "dspark"))   # the smoke run trains no heads
     card = tmp_path / "demo_MODEL_CARD.md"
     assert verify_checksums(card, out) == []
-    assert "## EAGLE-3 head" in card.read_text()
 
 
 # ---------------------------------------------------------------- runtime and CLI on the demo pair

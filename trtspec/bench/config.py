@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 
 from trtspec.bench.metrics import CI_METHODS
-
-DRAFTERS = ("draft_model", "ngram", "eagle3")
+from trtspec.runtime.params import DRAFTERS
 ENGINES = ("auto", "vllm", "trtllm", "sglang")
 
 
@@ -23,7 +22,7 @@ class BenchConfig:
     config: str = _f("qualitative", "SPEED-Bench config inside a dataset directory: qualitative or throughput_<N>k.")
     limit_per_category: int | None = _f(None, "Keep the first N prompts of each category (default: all).")
     code_prompts: int = _f(8, "Held-out standard-library code prompts added to the builtin sample's coding category.")
-    drafter: str = _f("draft_model", "Drafter of the local runtime: draft_model, ngram or eagle3.")
+    drafter: str = _f("draft_model", "Drafter of the local runtime: " + ", ".join(DRAFTERS) + ".")
     draft_len: int = _f(4, "Draft length D (tokens proposed per step); the acceptance profile has D rates.")
     verify: str = _f("greedy", "Verification of the local runtime: greedy, sample or block.")
     device: str = _f("cpu", "Device of the local runtime: cpu or cuda.")

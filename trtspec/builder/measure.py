@@ -3,9 +3,10 @@
 What runs: :class:`trtspec.bench.runners.LocalRunner` (the machinery of ``trtspec bench``) on the built-in
 SPEED-Bench-format sample (``trtspec/bench/data/sample.jsonl`` plus ``BenchConfig.code_prompts`` held-out
 standard-library code prompts), greedy, every turn, ``CONCURRENCY`` requests per batch, at the largest D the
-planner considers (``PlanRequest.max_draft_len``). With greedy verification the accepted prefix of a D-token chain
-does not depend on D for these chain drafters (draft_model, eagle3 and ngram propose the same first k tokens at any
-D >= k), so one run at the largest D gives a_1..a_D for every smaller D. The profile is written into the bundle as ``acceptance.json``
+planner considers (``PlanRequest.max_draft_len``; DFlash / DSpark: the drafts of their block). With greedy
+verification the accepted prefix of a D-token chain does not depend on D for these chain drafters (draft_model,
+eagle3 and ngram propose the same first k tokens at any D >= k; a DFlash / DSpark block is always run whole), so one
+run at the largest D gives a_1..a_D for every smaller D. The profile is written into the bundle as ``acceptance.json``
 (``trtspec.acceptance/v1``, what ``trtspec bench`` writes) and the recipe is planned from it.
 
 When it runs: the drafter is one the runtime implements (``trtspec.runtime.params.DRAFTERS``), the runtime reads
@@ -158,7 +159,11 @@ def _check_runtime_reads(opts: BuildOptions, vi: ValidatedInputs) -> None:
                                            "local runtime runs unquantized checkpoints", opts))
     try:
         read_model_config(vi.target.path)
-        if vi.draft is not None:
+        if vi.draft is not None and opts.drafter in ("dflash", "dspark"):
+            from trtspec.runtime.block_head import read_block_config
+
+            read_block_config(vi.draft.path).check_target(read_model_config(vi.target.path))
+        elif vi.draft is not None:
             (read_eagle3_config if opts.drafter == "eagle3" else read_model_config)(vi.draft.path)
     except ModelFormatError as e:
         raise BuildInputError(ways_out(f"the local runtime cannot run this pair ({e})", opts)) from None
@@ -202,8 +207,13 @@ def plan_measurement(opts: BuildOptions, vi: ValidatedInputs) -> Measurement:
             f"{source} is {avail / 2**30:.1f} GiB", opts, local_bench=True))
     prompts = load_prompts("builtin", limit_per_category=opts.measure_prompts,
                            code_prompts=BenchConfig().code_prompts)
+    draft_len = int(PlanRequest.__dataclass_fields__["max_draft_len"].default)
+    if opts.drafter in ("dflash", "dspark") and vi.draft is not None:   # a block drafts what its block gives
+        from trtspec.runtime.block_head import read_block_config
+
+        draft_len = read_block_config(vi.draft.path).drafts
     return Measurement(target=vi.target.path, draft=vi.draft.path if vi.draft is not None else None,
-                       drafter=opts.drafter, draft_len=int(PlanRequest.__dataclass_fields__["max_draft_len"].default),
+                       drafter=opts.drafter, draft_len=draft_len,
                        device=opts.device, dtype=dtype, prompts=prompts, max_new_tokens=opts.measure_new_tokens,
                        need_bytes=need, available_bytes=avail, memory_source=source)
 

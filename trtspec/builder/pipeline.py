@@ -44,9 +44,9 @@ def demo_options(opts: BuildOptions) -> BuildOptions:
     DeepSeek-V3-layout demo, ``trtspec.zoo.deepseek_path()``) when no target is given."""
     if opts.target is not None:
         return opts
-    if opts.drafter not in ("draft_model", "eagle3", "mtp"):
-        raise ValueError("--target is required unless building the demo pair (--drafter draft_model or eagle3) or "
-                         "the DeepSeek-V3-layout demo (--drafter mtp)")
+    if opts.drafter not in ("draft_model", "eagle3", "dflash", "dspark", "mtp"):
+        raise ValueError("--target is required unless building the demo pair (--drafter draft_model, eagle3, "
+                         "dflash or dspark) or the DeepSeek-V3-layout demo (--drafter mtp)")
     try:
         from trtspec.zoo import demo_acceptance_path, demo_pair
         target, demo_drafter = demo_pair(opts.drafter)

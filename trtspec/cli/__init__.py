@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "profile": "trtspec.cli.profile:profile",
     "triton": "trtspec.cli.triton:triton",
     "serve": "trtspec.cli.serve:serve",
+    "train-draft": "trtspec.cli.train_draft:train_draft",
 }
 
 

@@ -58,12 +58,14 @@ def _default_pair(drafter: str) -> tuple[Path, Path | None]:
               help="Target model directory (Hugging Face: config.json, *.safetensors, tokenizer.json). "
                    "Default: the demo pair.")
 @click.option("--draft", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Draft model directory (draft_model) or EAGLE-3 head directory (eagle3); mtp and ngram take none "
-                   "(mtp drafts with the target's own MTP layer).")
+              help="Draft model directory (draft_model), EAGLE-3 head directory (eagle3) or DFlash / DSpark head "
+                   "directory (dflash / dspark); mtp and ngram take none (mtp drafts with the target's own MTP "
+                   "layer).")
 @click.option("--drafter", type=click.Choice(DRAFTERS), default="draft_model", show_default=True,
               help="Drafting mechanism.")
-@click.option("--draft-len", "draft_len", type=int, default=_P.draft_len, show_default=True,
-              help="D: draft tokens per step for a chain (0 = no speculation).")
+@click.option("--draft-len", "draft_len", type=int, default=None,
+              help=f"D: draft tokens per step for a chain (0 = no speculation) [default: {_P.draft_len}; dflash / "
+                   "dspark: every draft of the head's block].")
 @click.option("--tree", help="Top-k tree instead of a chain: 'topk=K,depth=L'.")
 @click.option("--draft-len-schedule", "schedule",
               help="Batch size -> D, TensorRT-LLM semantics, e.g. '4:4,8:2,32:1' (batch 1-4: 4, 5-8: 2, 9-32: 1, "
@@ -120,7 +122,7 @@ def generate(prompts, target, draft, drafter, draft_len, tree, schedule, verify,
     if as_json:
         click.echo(json.dumps({
             "target": str(target), "draft": None if draft is None else str(draft), "drafter": drafter,
-            "spec": {"draft_len": draft_len, "tree": tree, "verify": verify},
+            "spec": {"draft_len": pipe.spec.draft_len, "tree": tree, "verify": verify},
             "generations": [{"prompt": p, "text": g.text, "token_ids": g.token_ids, "stats": g.stats.to_dict()}
                             for p, g in zip(all_prompts, gens)],
             "stats": total.to_dict(),

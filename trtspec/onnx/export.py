@@ -25,7 +25,9 @@ from trtspec.onnx.tiers import ExportError, check_tree_size
 OPSET = 18
 """ONNX opset of the exported graphs."""
 FORMAT = "trtspec.onnx_bundle/v2"
-DRAFTERS = ("draft_model", "eagle3")
+DRAFTERS = ("draft_model", "eagle3", "dflash", "dspark")
+#: drafters whose step graph takes the target's captured layers (the target graph then outputs ``aux_hidden``)
+CAPTURING = ("eagle3", "dflash", "dspark")
 VERIFY = ("greedy", "sample", "block")
 """Verification modes the target graph can end in (TrtSpecVerifyGreedy / TrtSpecVerifySample / TrtSpecVerifyBlock)."""
 SAMPLED_INPUTS = ("draft_probs", "draft_lens", "seed", "offset", "temperature", "top_k", "top_p")
@@ -38,12 +40,14 @@ class ExportSpec:
 
     max_nodes: the largest tree (root included) the graphs are meant for, 2..the plugins' limit;
     the graphs themselves take any N (the engines' profiles bound it).
-    drafter: draft_model (``draft_step.onnx``) or eagle3 (``eagle3_step.onnx``; the target graph
-    then also outputs ``aux_hidden``, the outputs of ``aux_layer_ids``).
+    drafter: draft_model (``draft_step.onnx``), eagle3 (``eagle3_step.onnx``) or dflash / dspark
+    (``dflash_step.onnx`` / ``dspark_step.onnx``, :mod:`trtspec.onnx.graphs_block`); for the last three the
+    target graph also outputs ``aux_hidden``, the outputs of ``aux_layer_ids`` (EAGLE-3's aux layers, a
+    block head's ``target_layer_ids``).
     draft_*: the draft model's, or the EAGLE-3 head's, KV layout (1 layer) and hidden size.
     sort_width: sample/block graphs: candidates of the in-graph top-k / top-p (``top_k`` must not
     exceed it; see :mod:`trtspec.onnx.sampling_graph`); 0 for greedy graphs.
-    context: the target's max_position_embeddings.
+    context: the target's max_position_embeddings. block_size: a block head's (0 otherwise).
     """
 
     max_nodes: int
@@ -62,6 +66,7 @@ class ExportSpec:
     draft_vocab_size: int = 0
     sort_width: int = 0
     context: int = 0
+    block_size: int = 0
     quant: str = "none"
     opset: int = OPSET
     format: str = FORMAT
@@ -74,18 +79,18 @@ class ExportSpec:
         check_tree_size(self.max_nodes, self.verify)
         if self.quant not in QUANT_FORMATS:
             raise ExportError(f"quant must be one of {QUANT_FORMATS}, got {self.quant!r}")
-        if (self.drafter == "eagle3") != bool(self.aux_layer_ids):
-            raise ExportError("aux_layer_ids are given exactly when drafter is eagle3")
-        if self.drafter == "eagle3" and self.verify != "greedy":
-            raise ExportError(f"EAGLE-3 step graphs export with --verify greedy (got {self.verify!r}): the head's "
-                              "sampled drafting is not part of its exported graph")
+        if (self.drafter in CAPTURING) != bool(self.aux_layer_ids):
+            raise ExportError(f"aux_layer_ids are given exactly when drafter is one of {CAPTURING}")
+        if self.drafter in CAPTURING and self.verify != "greedy":
+            raise ExportError(f"{self.drafter} step graphs export with --verify greedy (got {self.verify!r}): the "
+                              "head's sampled drafting is not part of its exported graph")
         if (self.verify == "greedy") != (self.sort_width == 0):
             raise ExportError(f"sort_width is set exactly for sampled graphs (verify={self.verify!r}, "
                               f"sort_width={self.sort_width})")
 
     @property
     def draft_graph(self) -> str:
-        return "eagle3_step.onnx" if self.drafter == "eagle3" else "draft_step.onnx"
+        return f"{self.drafter}_step.onnx" if self.drafter in CAPTURING else "draft_step.onnx"
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -137,11 +142,17 @@ def check_graph(path: str | Path) -> None:
 
 def _load_pair(target_dir, draft_dir, drafter: str):
     from trtspec.runtime.config import ModelFormatError
+    from trtspec.runtime.block_head import load_block_head
     from trtspec.runtime.models import load_eagle3, load_model
 
     try:
         target = load_model(target_dir)
-        draft = load_eagle3(draft_dir, target) if drafter == "eagle3" else load_model(draft_dir)
+        if drafter in ("dflash", "dspark"):
+            draft = load_block_head(draft_dir, target)
+            if draft.config.drafter != drafter:
+                raise ModelFormatError(f"{draft_dir}: a {draft.config.drafter} head, not {drafter}")
+        else:
+            draft = load_eagle3(draft_dir, target) if drafter == "eagle3" else load_model(draft_dir)
     except ModelFormatError as e:
         raise ExportError(f"cannot export: {e}") from e
     if drafter == "draft_model" and draft.config.vocab_size != target.config.vocab_size:
@@ -152,10 +163,12 @@ def _load_pair(target_dir, draft_dir, drafter: str):
 
 def _spec(target, draft, drafter, **kw) -> ExportSpec:
     tc = target.config
-    dc = draft.config.layer if drafter == "eagle3" else draft.config
+    dc = draft.config.layer if drafter in CAPTURING else draft.config
     extra = {}
     if drafter == "eagle3":
         extra = {"aux_layer_ids": tuple(draft.config.aux_layer_ids), "draft_vocab_size": draft.config.draft_vocab_size}
+    elif drafter in CAPTURING:
+        extra = {"aux_layer_ids": tuple(draft.config.target_layer_ids), "block_size": draft.config.block_size}
     if kw.get("verify", "greedy") != "greedy":
         from trtspec.onnx.sampling_graph import sort_width
 
@@ -203,7 +216,18 @@ def _write_graphs(target, draft, spec: ExportSpec, out: Path) -> None:
                 {"tokens": {0: "B", 1: "T"}, "cache_lens": {0: "B"}, **kv_axes,
                  **{n: {0: "B"} for n in ("temperature", "top_k", "top_p")}})
         return
-    if s.drafter == "eagle3":
+    if s.drafter in ("dflash", "dspark"):
+        from trtspec.onnx.graphs_block import BlockDraftStep
+
+        k_e = len(s.aux_layer_ids) * s.hidden_size
+        _export(BlockDraftStep(draft, target),
+                (torch.zeros(B, dtype=torch.int64), torch.zeros(B, T, k_e), torch.full((B,), T, dtype=torch.int64),
+                 lens, dkv, dkv.clone()),
+                out / s.draft_graph, ["roots", "aux_hidden", "new_lens", "cache_lens", "past_k", "past_v"],
+                ["drafts", "new_k", "new_v"],
+                {"roots": {0: "B"}, "aux_hidden": {0: "B", 1: "T"}, "new_lens": {0: "B"}, "cache_lens": {0: "B"},
+                 **kv_axes})
+    elif s.drafter == "eagle3":
         k_e = len(s.aux_layer_ids) * s.hidden_size
         _export(Eagle3DraftStep(draft, target),
                 (toks, torch.zeros(B, T, k_e), torch.zeros(B, T, s.draft_hidden_size),
@@ -225,7 +249,8 @@ def export_step_graphs(target_dir: str | Path, draft_dir: str | Path, out_dir: s
 
     Args:
         target_dir, draft_dir: Hugging Face directories of a supported Llama-family target and its
-            draft model (``drafter="draft_model"``) or EAGLE-3 head (``drafter="eagle3"``).
+            draft model (``drafter="draft_model"``), EAGLE-3 head (``drafter="eagle3"``) or DFlash / DSpark
+            head (``drafter="dflash"`` / ``"dspark"``; the graph drafts the whole block, D = its drafts).
         max_nodes: the largest tree N the graphs serve (default 5: a chain of 4 drafts); checked
             against the plugins' limits.
         verify: the verification node the target graph ends in (see :data:`VERIFY`).
@@ -240,8 +265,8 @@ def export_step_graphs(target_dir: str | Path, draft_dir: str | Path, out_dir: s
         raise ExportError(f"quant must be one of {QUANT_FORMATS}, got {quant!r}")
     if drafter not in DRAFTERS:
         raise ExportError(f"drafter must be one of {DRAFTERS}, got {drafter!r}")
-    if drafter == "eagle3" and verify != "greedy":
-        raise ExportError(f"EAGLE-3 step graphs export with --verify greedy (got {verify!r}): the head's sampled "
+    if drafter in CAPTURING and verify != "greedy":
+        raise ExportError(f"{drafter} step graphs export with --verify greedy (got {verify!r}): the head's sampled "
                           "drafting is not part of its exported graph")
     check_tree_size(max_nodes, verify)
     target, draft = _load_pair(target_dir, draft_dir, drafter)

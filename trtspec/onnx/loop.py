@@ -3,7 +3,8 @@
 The host owns every KV cache, as a TensorRT runtime would. Per step, for the B running requests::
 
     D                <- the draft length of the batch's tier (draft_len, or draft_len_schedule[B])
-    drafts x_1..x_D  <- the drafter's step graph (loop_drafters): a draft model or an EAGLE-3 head
+    drafts x_1..x_D  <- the drafter's step graph (loop_drafters, loop_block): a draft model, an EAGLE-3 head or a
+                        DFlash / DSpark head (one block per step)
     verdict          <- TargetVerifyStep over [root, x_1..x_D] for all requests at once
     commit           the accepted path's K/V at cache_len .. cache_len + a, the accepted tokens and
                      the bonus token, which becomes the next root; the drafter's new entries
@@ -45,6 +46,15 @@ class OnnxStats:
         return 1.0 + float(np.mean(self.accepted)) if self.accepted else 0.0
 
 
+def _side(drafter: str):
+    """The drafter side class of ``drafter`` (:mod:`trtspec.onnx.loop_drafters`, :mod:`trtspec.onnx.loop_block`)."""
+    if drafter in ("dflash", "dspark"):
+        from trtspec.onnx.loop_block import BlockSide
+
+        return BlockSide
+    return Eagle3Side if drafter == "eagle3" else DraftModelSide
+
+
 def _chain(n: int, rows: int) -> np.ndarray:
     return np.tile(np.array([-1] + list(range(n - 1)), dtype=np.int32), (rows, 1))
 
@@ -74,6 +84,7 @@ class OnnxSpecDecoder:
         self.target = session(onnx_dir / "target_verify.onnx", threads)
         self.draft = session(onnx_dir / self.spec.draft_graph, threads)
         self.eagle3 = self.spec.drafter == "eagle3"
+        self.captures = bool(self.spec.aux_layer_ids)           # EAGLE-3 / block heads read the target's layers
 
     def _target(self, tokens: np.ndarray, parents: np.ndarray, caches: list[KVRows]) -> dict:
         k, v, lens = batch_kv(caches)
@@ -89,7 +100,7 @@ class OnnxSpecDecoder:
             chunk = tokens[start:start + self.spec.max_nodes]
             out = self._target(np.array([chunk], dtype=np.int64), _chain(len(chunk), 1), [cache])
             cache.append(out["new_k"][:, 0], out["new_v"][:, 0])
-            if self.eagle3:
+            if self.captures:
                 aux.append(out["aux_hidden"][0])
         return np.concatenate(aux) if aux else None
 
@@ -126,7 +137,7 @@ class OnnxSpecDecoder:
                                f"top_k={top_k}, top_p={top_p} need graphs exported with verify='sample' or 'block'")
         s = self.spec
         cap = max(len(p) for p in prompts) + max_new_tokens + 2 * s.max_nodes
-        side = (Eagle3Side if self.eagle3 else DraftModelSide)(self.draft, s, cap)
+        side = _side(s.drafter)(self.draft, s, cap)
         seqs = [list(p) for p in prompts]
         tcache = [KVRows.empty(s.num_layers, s.kv_heads, cap, s.head_dim) for _ in prompts]
         for r, seq in enumerate(seqs):
@@ -149,7 +160,7 @@ class OnnxSpecDecoder:
                 stats.accepted.append(a)
                 tcache[r].append(res["new_k"][:, j], res["new_v"][:, j], rows=path.tolist())   # root + accepted path
                 new = [int(t) for t in tokens[j, path[1:]]] + [int(res["bonus_token"][j])]
-                side.commit(r, tcache[r].length, res["aux_hidden"][j, path] if self.eagle3 else None, new)
+                side.commit(r, tcache[r].length, res["aux_hidden"][j, path] if self.captures else None, new)
                 for t in new:
                     if len(out[r]) < max_new_tokens:
                         out[r].append(t)

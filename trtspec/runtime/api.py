@@ -12,7 +12,7 @@ import torch
 from trtspec.runtime.config import ModelFormatError
 from trtspec.runtime.drafters import DRAFTERS, Drafter
 from trtspec.runtime.engine import Engine
-from trtspec.runtime.params import SamplingParams, SpecConfig, TreeShape
+from trtspec.runtime.params import BLOCK_DRAFTERS, SamplingParams, SpecConfig, TreeShape
 from trtspec.runtime.stats import SpecStats
 
 
@@ -155,7 +155,16 @@ def _check_mtp(target_dir: Path, tcfg, draft) -> None:
                                "DeepSeek-V3-layout target with num_nextn_predict_layers >= 1")
 
 
-def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len: int = 4,
+def _default_draft_len(draft, drafter: str) -> int:
+    """D when none is given: SpecConfig's default; a block drafter's: every draft of its block."""
+    if drafter in BLOCK_DRAFTERS and draft is not None:
+        from trtspec.runtime.block_head import read_block_config
+
+        return read_block_config(draft).drafts
+    return SpecConfig.__dataclass_fields__["draft_len"].default
+
+
+def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len: int | None = None,
                   tree: TreeShape | str | None = None, verify: str = "greedy",
                   draft_len_schedule: dict[int, int] | None = None, device: str = "cpu",
                   dtype: torch.dtype = torch.float32, quant_activations: bool = True, **spec_kw) -> Pipeline:
@@ -163,10 +172,13 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
 
     Args:
         target: directory with config.json, *.safetensors and tokenizer.json.
-        draft: the draft model directory (``draft_model``) or EAGLE-3 head directory (``eagle3``);
-            unused by ``ngram`` and ``mtp`` (the target's own MTP layer). With ``drafter="draft_model"`` and no draft, only ``draft_len=0`` is allowed.
-        drafter: draft_model | ngram | eagle3 | mtp.  tree: ``TreeShape`` or ``"topk=K,depth=L"``.
-        draft_len, verify, draft_len_schedule, **spec_kw: see :class:`SpecConfig`.
+        draft: the draft model directory (``draft_model``), EAGLE-3 head directory (``eagle3``) or DFlash /
+            DSpark head directory (``dflash`` / ``dspark``, Model-Optimizer exports); unused by ``ngram`` and
+            ``mtp`` (the target's own MTP layer). With a model drafter and no draft, only ``draft_len=0`` is
+            allowed.
+        drafter: draft_model | ngram | eagle3 | mtp | dflash | dspark.  tree: ``TreeShape`` or ``"topk=K,depth=L"``.
+        draft_len, verify, draft_len_schedule, **spec_kw: see :class:`SpecConfig`; ``draft_len=None``: its
+            default, except for a block drafter: all the drafts of its block.
         device, dtype: where and in what precision the models run.
         quant_activations: for a quantized (NVIDIA Model-Optimizer) target or draft, also simulate its
             activation and FP8 KV-cache quantizers (default); False dequantizes the weights only.
@@ -180,6 +192,8 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
         raise ValueError(f"drafter must be one of {DRAFTERS}, got {drafter!r}")
     if isinstance(tree, str):
         tree = TreeShape.parse(tree)
+    if draft_len is None:
+        draft_len = _default_draft_len(draft, drafter)
     spec = SpecConfig(draft_len=draft_len, tree=tree, verify=verify, draft_len_schedule=draft_len_schedule, **spec_kw)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but torch sees no CUDA device")
@@ -193,7 +207,7 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
         _check_mtp(target_dir, tcfg, draft)
     if drafter == "ngram" and tree is not None and tree.topk > 1:
         raise ValueError("drafter 'ngram' proposes chains only; drop --tree or use topk=1")
-    if drafter in ("draft_model", "eagle3") and draft is None and spec.max_depth > 0:
+    if drafter in ("draft_model", "eagle3", *BLOCK_DRAFTERS) and draft is None and spec.max_depth > 0:
         raise ValueError(f"drafter {drafter!r} needs draft=<directory> (or draft_len=0 for plain decoding)")
     if draft is not None and drafter == "draft_model":
         dcfg = read_model_config(draft)
@@ -210,6 +224,16 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
         if bad:
             raise ModelFormatError(f"{draft}: eagle_aux_hidden_state_layer_ids {bad} outside the target's layers "
                                    f"0..{tcfg.num_hidden_layers - 1}")
+
+    if draft is not None and drafter in BLOCK_DRAFTERS:
+        from trtspec.runtime.drafters.block import check_block_draft
+
+        check_block_draft(draft, drafter, tcfg, spec)
+        _check_same_tokenizer(tok, Path(draft))
+    if draft is not None and drafter in ("eagle3", *BLOCK_DRAFTERS):
+        from trtspec.runtime.drafters.block import check_trained_for
+
+        check_trained_for(draft, tok.vocab())
 
     model = load_model(target_dir, device=device, dtype=dtype, quant_activations=quant_activations)
     if drafter == "ngram":
@@ -228,6 +252,10 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
         from trtspec.runtime.drafters.draft_model import DraftModelDrafter
 
         d = DraftModelDrafter(load_model(draft, device=device, dtype=dtype, quant_activations=quant_activations))
+    elif drafter in BLOCK_DRAFTERS:
+        from trtspec.runtime.drafters.block import block_drafter
+
+        d = block_drafter(draft, model, device=device, dtype=dtype)
     else:
         from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
 

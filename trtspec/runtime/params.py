@@ -4,7 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 VERIFY_METHODS = ("greedy", "sample", "block")
-DRAFTERS = ("draft_model", "ngram", "eagle3", "mtp")
+DRAFTERS = ("draft_model", "ngram", "eagle3", "mtp", "dflash", "dspark")
+#: drafters whose one forward drafts a whole block (D at most the block's drafts, chains only)
+BLOCK_DRAFTERS = ("dflash", "dspark")
 
 
 def tree_size(branching: int, depth: int) -> int:

@@ -90,7 +90,7 @@ def read_bundle(root: str | Path) -> BundleLayout:
             raise BundleError(f"bundle: manifest.json says drafter {built!r} but llm_api.yaml's decoding_type "
                               f"{decoding!r} means {drafter!r}")
         drafter = built or drafter
-    if drafter in ("draft_model", "eagle3") and (draft is None or not (draft / "config.json").is_file()):
+    if drafter in ("draft_model", "eagle3", "dflash", "dspark") and (draft is None or not (draft / "config.json").is_file()):
         raise BundleError(f"bundle: drafter {drafter} needs a draft checkpoint; {draft or root / 'draft'} "
                           "has no config.json")
     schedule = spec.get("draft_len_schedule")

@@ -1,8 +1,8 @@
 """The demo target/draft pair that trtspec trains on the Python standard library and ships.
 
-``demo_paths()`` gives the two Hugging Face directories, ``demo_draft("eagle3")`` the EAGLE-3 head
-trained for the target; ``python -m trtspec.zoo.train`` retrains all three (see ``MODEL_CARD.md`` next
-to this file for data, sizes and measured acceptance).
+``demo_paths()`` gives the two Hugging Face directories, ``demo_draft("eagle3" | "dflash" | "dspark")`` the
+heads trained for the target with ``trtspec train-draft``; ``python -m trtspec.zoo.train`` retrains the pair
+(see ``MODEL_CARD.md`` next to this file for data, sizes, commands and measured acceptance).
 
 The second demo target, ``deepseek_path()``, is in the DeepSeek-V3 layout (multi-head latent attention,
 mixture of experts, one MTP layer, drafter ``mtp``); ``python -m trtspec.zoo.train --arch deepseek-v3``
@@ -42,9 +42,14 @@ def deepseek_path() -> Path:
     return DEEPSEEK_DIR
 
 
+#: drafters whose demo head lives in ``demo/<drafter>/`` (trained by ``trtspec train-draft``)
+HEAD_DRAFTERS = ("eagle3", "dflash", "dspark")
+
+
 def demo_draft(drafter: str = "draft_model") -> Path | None:
-    """The demo drafter for ``drafter``: ``draft_model`` -> the draft LM, ``eagle3`` -> the EAGLE-3 head
-    trained for the demo target (``python -m trtspec.zoo.eagle3``), ``ngram`` -> None (no weights).
+    """The demo drafter for ``drafter``: ``draft_model`` -> the draft LM; ``eagle3`` / ``dflash`` / ``dspark`` ->
+    the head trained for the demo target by ``trtspec train-draft`` (``demo/<drafter>/``, its command in
+    ``train_draft.json``); ``ngram`` -> None (no weights).
 
     Raises FileNotFoundError when that drafter is not installed, ValueError for other drafters.
     """
@@ -52,13 +57,14 @@ def demo_draft(drafter: str = "draft_model") -> Path | None:
         return None
     if drafter == "draft_model":
         return demo_paths()[1]
-    if drafter == "eagle3":
-        path = DEMO_DIR / "eagle3"
+    if drafter in HEAD_DRAFTERS:
+        path = DEMO_DIR / drafter
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"demo EAGLE-3 head missing: {path} has no config.json "
-                                    "(retrain: python -m trtspec.zoo.eagle3)")
+            raise FileNotFoundError(f"demo {drafter} head missing: {path} has no config.json (retrain: see "
+                                    f"{MODEL_CARD.name})")
         return path
-    raise ValueError(f"drafter={drafter!r}: the demo pair ships draft_model, eagle3 and ngram drafters")
+    raise ValueError(f"drafter={drafter!r}: the demo pair ships draft_model, {', '.join(HEAD_DRAFTERS)} and ngram "
+                     "drafters")
 
 
 def demo_pair(drafter: str = "draft_model") -> tuple[Path, Path | None]:
@@ -71,16 +77,16 @@ def demo_pair(drafter: str = "draft_model") -> tuple[Path, Path | None]:
 
 def demo_acceptance_path(drafter: str = "draft_model") -> Path:
     """Acceptance profile (``trtspec.acceptance/v1`` JSON) measured for the demo target with ``drafter``
-    (``draft_model``: ``demo/acceptance.json``; ``eagle3``: ``demo/eagle3/acceptance.json``; ``mtp``: the
+    (``draft_model``: ``demo/acceptance.json``; a head drafter: ``demo/<drafter>/acceptance.json``; ``mtp``: the
     DeepSeek-V3-layout target's ``deepseek/acceptance.json``)."""
     if drafter == "mtp":
         path = DEEPSEEK_DIR / "acceptance.json"
     else:
-        path = DEMO_DIR / ("eagle3" if drafter == "eagle3" else "") / "acceptance.json"
+        path = DEMO_DIR / (drafter if drafter in HEAD_DRAFTERS else "") / "acceptance.json"
     if not path.is_file():
         raise FileNotFoundError(f"demo acceptance profile missing: {path}")
     return path
 
 
-__all__ = ["demo_paths", "demo_draft", "demo_pair", "demo_acceptance_path", "deepseek_path", "DEMO_DIR", "MODEL_CARD",
-           "DEEPSEEK_DIR", "DEEPSEEK_CARD", "ZOO_DIR"]
+__all__ = ["demo_paths", "demo_draft", "demo_pair", "demo_acceptance_path", "deepseek_path", "DEMO_DIR", "HEAD_DRAFTERS",
+           "MODEL_CARD", "DEEPSEEK_DIR", "DEEPSEEK_CARD", "ZOO_DIR"]

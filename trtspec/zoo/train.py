@@ -11,9 +11,10 @@ next-token cross-entropy -> draft (shallow Llama, same tokenizer) trained with c
 same data, then distilled with KL(target || draft) on training windows -> both saved as HF
 directories (``save_dtype``, default bfloat16) -> reloaded in fp32 and measured: held-out loss,
 AL at D = 1..max_draft_len on held-out function prompts, CPU tokens/s (:mod:`trtspec.zoo.spec_eval`).
-Last, an EAGLE-3 head is trained for the target into ``<out>/eagle3`` (:mod:`trtspec.zoo.eagle3`;
-``eagle3=None`` / ``--no-eagle3`` skips it). Everything is written to ``<out>.partial`` and renamed to
-``<out>`` when complete.
+Last, the drafter heads (EAGLE-3, DFlash, DSpark) are trained for the target into ``<out>/<drafter>`` by
+``trtspec train-draft`` with the recipes of :mod:`trtspec.zoo.heads` (``heads=()`` / ``--no-heads`` skips
+them; the smoke run trains none). Everything is written to ``<out>.partial`` and renamed to ``<out>`` when
+complete.
 """
 from __future__ import annotations
 
@@ -25,8 +26,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-
-from .eagle3 import Eagle3TrainConfig
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ class TrainConfig:
     prompt_tokens: int = 64
     new_tokens: int = 64
     max_draft_len: int = 8
-    eagle3: Eagle3TrainConfig | None = field(default_factory=Eagle3TrainConfig)
+    heads: tuple[str, ...] = ("eagle3", "dflash", "dspark")
 
     def __post_init__(self):
         for name in ("threads", "seq_len", "batch_size", "target_steps", "eval_windows", "num_prompts",
@@ -110,8 +109,7 @@ class TrainConfig:
         return cls(vocab_size=512, max_files=24, seq_len=64, max_position=256, batch_size=4,
                    target=ModelShape(128, 2, 4, 2, 256), draft=ModelShape(128, 1, 4, 2, 256),
                    target_steps=20, draft_steps=10, distill_steps=10, warmup=2, eval_windows=4,
-                   num_prompts=2, prompt_tokens=32, new_tokens=16, max_draft_len=4,
-                   eagle3=Eagle3TrainConfig.smoke())
+                   num_prompts=2, prompt_tokens=32, new_tokens=16, max_draft_len=4, heads=())
 
 
 def llama_config(shape: ModelShape, cfg: TrainConfig, eos_id: int):
@@ -307,10 +305,10 @@ def run(cfg: TrainConfig, out: Path, card: Path | None = None, log=print) -> dic
                   "speedup": {d: (meas["spec_tokens"][d] / s) / (meas["target_tokens"] / meas["target_s"])
                               for d, s in meas["spec_s"].items()}},
     }
-    if cfg.eagle3 is not None:
-        from . import eagle3
+    for drafter in cfg.heads:
+        from . import heads
 
-        eagle3.run(cfg.eagle3, partial / "target", partial / "eagle3", log=log)
+        heads.train_head(drafter, partial / "target", partial / drafter, quiet=True, log=log)
     result["wall_s"]["total"] = time.perf_counter() - t_start
     (partial / "measurements.json").write_text(json.dumps(result, indent=2) + "\n")
     if out.exists():
@@ -361,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="override TrainConfig.target_steps (deepseek-v3: DeepseekTrainConfig.steps, the joint steps)")
     p.add_argument("--draft-steps", type=int, default=None, help="override TrainConfig.draft_steps")
     p.add_argument("--distill-steps", type=int, default=None, help="override TrainConfig.distill_steps")
-    p.add_argument("--no-eagle3", action="store_true", help="do not train the EAGLE-3 head")
+    p.add_argument("--no-heads", action="store_true", help="do not train the drafter heads (trtspec.zoo.heads)")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
     p.add_argument("--arch", choices=ARCHS, default=ARCHS[0],
                    help="llama: the demo pair (default); deepseek-v3: the MLA/MoE/MTP target (trtspec.zoo.deepseek)")
@@ -369,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.arch == "deepseek-v3":
         return _main_deepseek(p, args)
     cfg = TrainConfig.smoke() if args.smoke else TrainConfig()
-    if args.no_eagle3:
-        cfg = replace(cfg, eagle3=None)
+    if args.no_heads:
+        cfg = replace(cfg, heads=())
     overrides = {k: v for k, v in (("target_steps", args.target_steps), ("draft_steps", args.draft_steps),
                                    ("distill_steps", args.distill_steps)) if v is not None}
     cfg = replace(cfg, **overrides)

@@ -1,4 +1,5 @@
-"""Drafters: ``draft_model`` (chain or top-k tree), ``ngram`` (prompt lookup), ``eagle3`` (EAGLE-3 head)."""
+"""Drafters: ``draft_model`` (chain or top-k tree), ``ngram`` (prompt lookup), ``eagle3`` (EAGLE-3 head),
+``dflash`` / ``dspark`` (block heads: one forward per block)."""
 from trtspec.runtime.drafters.base import Drafter, DraftMode, Proposal, tree_size
 from trtspec.runtime.params import DRAFTERS
 
