@@ -21,6 +21,10 @@ TENSORRT_DRAFTERS = ("draft_model", "eagle3")
 #: (trtspec.onnx.tiers.VERIFY_NODES), and for the serving engines' configs block verification (Sun et al.) or
 #: their per-token rejection sampler (greedy and sample: requests pick greedy or sampled decoding at run time).
 VERIFY_METHODS = ("greedy", "sample", "block")
+#: how the served draft length is chosen: ``static`` (the recipe's per-batch schedule) or ``adaptive`` (chosen
+#: every step from measured step costs and live acceptance: the trtspec runtime's controller, and each serving
+#: engine's own adaptive mode where its version has one).
+SPECULATION_MODES = ("static", "adaptive")
 #: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.qdq.QUANT_FORMATS).
 TENSORRT_QUANTS = {"none": "none", "fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4_awq"}
 #: drafters whose draft is a separate checkpoint (``--draft`` required).
@@ -88,6 +92,12 @@ class BuildOptions(BaseModel):
                                             "writes block verification where the engine version has it (vLLM "
                                             "rejection_sample_method: block; n-gram falls back to per-token); greedy "
                                             "and sample keep the engine's per-token rejection sampler.")
+    speculation: Literal[SPECULATION_MODES] = Field(default="static", description="How the served draft length is "
+                                                    "chosen: static (the recipe's draft_len_schedule per batch size) "
+                                                    "or adaptive (every step, from the device's measured step costs "
+                                                    "and each request's live acceptance, up to max_draft_len: the "
+                                                    "trtspec runtime's controller in the Triton repository, and the "
+                                                    "engine's own adaptive mode where its version has one).")
 
     @model_validator(mode="after")
     def _check(self):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from trtspec.builder.options import (BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, VERIFY_METHODS, BuildOptions,
-                                     help_of)
+from trtspec.builder.options import (BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, SPECULATION_MODES, VERIFY_METHODS,
+                                     BuildOptions, help_of)
 from trtspec.builder.trtllm_config import TRTLLM_VERSIONS
 from trtspec.builder.vllm_config import VLLM_VERSIONS
 
@@ -45,6 +45,8 @@ def _default(name):
               help=help_of("vllm_version"))
 @click.option("--backend", type=click.Choice(BACKENDS), default=_default("backend"), help=help_of("backend"))
 @click.option("--verify", type=click.Choice(VERIFY_METHODS), default=_default("verify"), help=help_of("verify"))
+@click.option("--speculation", type=click.Choice(SPECULATION_MODES), default=_default("speculation"),
+              help=help_of("speculation"))
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=_default("device"), help=help_of("device"))
 @click.option("--out", type=click.Path(path_type=Path), default=_default("out"), help=help_of("out"))
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=help_of("cache_dir"))
@@ -55,7 +57,7 @@ def _default(name):
 @click.option("--json", "as_json", is_flag=True, help="Print the result (plan or manifest) as JSON on stdout.")
 def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, calib_samples, calib_seq_len, gpu, tp,
           max_batch_size, max_seq_len, recipe, acceptance, measure_prompts, measure_new_tokens, trtllm_version,
-          vllm_version, backend, verify, device, out, cache_dir, no_cache, dry_run, smoke_test, as_json):
+          vllm_version, backend, verify, speculation, device, out, cache_dir, no_cache, dry_run, smoke_test, as_json):
     """Validate the pair, resolve the recipe, quantize with Model-Optimizer, export unified HF
     checkpoints and write llm_api.yaml / vllm.yaml / sglang.args / recipe.yaml / manifest.json /
     README.md into --out, atomically. With no arguments: the demo pair for an H200."""
@@ -72,7 +74,7 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
                   calib_seq_len=calib_seq_len, gpu=gpu, tp=tp, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
                   recipe=recipe, acceptance=acceptance, measure_prompts=measure_prompts,
                   measure_new_tokens=measure_new_tokens, trtllm_version=trtllm_version, vllm_version=vllm_version,
-                  backend=backend, verify=verify, device=device,
+                  backend=backend, verify=verify, speculation=speculation, device=device,
                   out=out,
                   use_cache=not no_cache)
     if cache_dir is not None:
