@@ -226,3 +226,33 @@ def test_costs_interpolate_inside_and_extend_past_the_grid():
     assert costs.seconds("greedy", 4, 5, 0) == pytest.approx(10.0)        # tokens past the grid: last slope
     assert costs.seconds("greedy", 7, 1, 0) == pytest.approx(3.0)         # batch past the grid: last slope
     assert costs.seconds("greedy", 1, 1, 2) == pytest.approx(1.0 + 2 * 0.5)
+
+
+def test_probes_recover_from_a_pessimistic_prior():
+    """Prior a = 0.2 says draft nothing; the requests accept 0.9: one-token probes find that out."""
+    costs = near_tie_table()
+    rng = random.Random(9)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.2,)), 8)
+    ids, depths = list(range(8)), []
+    for _ in range(400):
+        c = ctl.choose(ids, [8] * 8)
+        depths.append(c.depth)
+        ctl.observe(ids, c.depths, [bernoulli_step(rng, (0.9,), d) for d in c.depths])
+    assert depths[0] == 0 and ctl.probes >= 1 and min(depths[-100:]) >= 4
+    never = Controller(AdaptiveConfig(costs, prior=(0.2,), probe_every=0), 8)
+    assert all(never.choose(ids, [8] * 8).depth == 0 for _ in range(100)) and never.probes == 0
+
+
+def test_no_probe_where_even_full_acceptance_cannot_pay():
+    """Each draft position costs more than a whole plain step: speculation is hopeless, never probed."""
+    target = {b: {t: b * 10.0 * t * 1.5 for t in range(1, 10)} for b in (1, 8)}
+    costs = StepCosts(table(target, {1: 1.0, 8: 8.0}))
+    ctl, seen = run_stream(costs, lambda i: (0.99,), 500)
+    assert set(seen) == {0} and ctl.probes == 0
+
+
+def test_probes_are_rare_and_not_switches_on_a_losing_stream():
+    target = {b: {t: b * (10.0 + 4.0 * (t - 1)) for t in range(1, 10)} for b in (1, 8)}
+    costs = StepCosts(table(target, {1: 1.0, 8: 8.0}))
+    ctl, seen = run_stream(costs, lambda i: (0.1,), 3200)
+    assert 0 < ctl.probes <= 3200 // 16 and sum(d > 0 for d in seen[100:]) <= 3100 // 16 + 4 * ctl.switches

@@ -28,6 +28,12 @@ current M's, re-evaluated on the same estimates, by more than ``hysteresis`` (de
 least ``min_dwell`` steps (default 4) after the last change. On a stationary stream the EMAs settle
 and the choice stops moving; a loss of at most ``hysteresis`` is the price.
 
+Probes. While the batch drafts nothing its estimates cannot learn, so a pessimistic prior would
+stop speculation for good; every ``probe_every`` steps (default 16) of drafting nothing, one step
+drafts one token for every request -- unless the costs say that no depth could pay even if every
+draft were accepted (``B (M + 1) / cost(M) <= B / cost(0)`` for every M), where speculation is
+hopeless and no probe runs. A probe is not a switch of the chosen depth.
+
 Estimates. After a step that drafted d and accepted a, positions ``1..min(d, a+1)`` were reached:
 ``a_ik += ema * ([k <= a] - a_ik)``. Positions the request has not reached follow its level: the
 prior shifted by the mean logit difference between its estimates and the prior where it drafted
@@ -133,7 +139,8 @@ class AdaptiveConfig:
     of positions a step did not reach toward the request's level, and of that level toward the
     prior while it drafts nothing (default 0.002: about 350 steps to halve); ``hysteresis``:
     relative gain a new depth must promise (default 0.02); ``min_dwell``: steps between depth
-    changes (default 4).
+    changes (default 4); ``probe_every``: steps of drafting nothing between two one-token probes
+    (default 16; 0 = never probe).
     """
 
     costs: StepCosts
@@ -142,6 +149,7 @@ class AdaptiveConfig:
     relax: float = 0.002
     hysteresis: float = 0.02
     min_dwell: int = 4
+    probe_every: int = 16
 
     def __post_init__(self):
         prior = tuple(float(a) for a in self.prior)
@@ -152,8 +160,9 @@ class AdaptiveConfig:
             raise ValueError(f"ema: expected in (0, 1], got {self.ema}")
         if not 0.0 <= self.relax <= 1.0:
             raise ValueError(f"relax: expected in [0, 1], got {self.relax}")
-        if self.hysteresis < 0 or self.min_dwell < 0:
-            raise ValueError(f"hysteresis and min_dwell: expected >= 0, got {self.hysteresis}, {self.min_dwell}")
+        if self.hysteresis < 0 or self.min_dwell < 0 or self.probe_every < 0:
+            raise ValueError(f"hysteresis, min_dwell and probe_every: expected >= 0, got {self.hysteresis}, "
+                             f"{self.min_dwell}, {self.probe_every}")
 
     def prior_at(self, k: int) -> float:
         """Prior conditional acceptance of draft position k (1-based)."""
@@ -201,12 +210,13 @@ class _Estimate:
 @dataclass
 class Choice:
     """One step's decision: per-request depths (batch order), the batch depth M, the predicted
-    tokens/s of every M considered, and whether M changed."""
+    tokens/s of every M considered, whether M changed, and whether this step is a probe."""
 
     depths: list[int]
     depth: int
     rates: dict[int, float] = field(default_factory=dict)
     switched: bool = False
+    probe: bool = False
 
 
 class Controller:
@@ -225,6 +235,8 @@ class Controller:
         self.current: int | None = None        # the batch depth M in force
         self.since = 0                         # steps since M last changed
         self.switches = 0
+        self.probes = 0
+        self.idle = 0                          # consecutive steps that drafted nothing by choice
         self.steps = 0
 
     # -- estimates ---------------------------------------------------------------------------
@@ -314,7 +326,21 @@ class Controller:
             self.since = 0
         M = min(self.current, top)
         depths_p = found[M][1]
+        probe = False
+        if M == 0 and top > 0:
+            self.idle += 1
+            if self.cfg.probe_every and self.idle >= self.cfg.probe_every and self._could_pay(method, caps_p, rates[0]):
+                depths_p, M, probe = [min(1, c) for c in caps_p], 1, True
+                self.probes += 1
+        if M > 0:
+            self.idle = 0
         depths = [0] * len(caps)
         for j, i in enumerate(perm):
             depths[i] = depths_p[j]
-        return Choice(depths, M, rates, switched)
+        return Choice(depths, M, rates, switched, probe)
+
+    def _could_pay(self, method: str, caps: Sequence[int], rate0: float) -> bool:
+        """Whether some depth would beat drafting nothing if every draft were accepted."""
+        B, costs = len(caps), self.cfg.costs
+        return any(B + sum(min(M, c) for c in caps) > rate0 * costs.seconds(method, B, self._nodes(M), M)
+                   for M in range(1, max(caps) + 1))
