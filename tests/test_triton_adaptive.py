@@ -66,6 +66,14 @@ def test_prior_comes_from_the_bundle_then_the_recipe(tmp_path):
     (tmp_path / "acceptance.json").write_text(json.dumps({"drafter": "draft_model", "rates": [0.9, 0.7, 0.5]}))
     prior, where = find_prior("draft_model", bundle=tmp_path)
     assert prior == (0.9, 0.7, 0.5) and where.endswith("acceptance.json")
+    # a bundle whose target links to a model folder with a profile beside it (the demo pair's layout)
+    pair, linked = tmp_path / "pair", tmp_path / "linked"
+    (pair / "target").mkdir(parents=True)
+    linked.mkdir()
+    (linked / "target").symlink_to(pair / "target", target_is_directory=True)
+    (pair / "acceptance.json").write_text(json.dumps({"drafter": "eagle3", "rates": [0.5]}))
+    assert find_prior("eagle3", bundle=linked, target=linked / "target")[0] == (0.5,)
+    assert find_prior("draft_model", bundle=linked, target=linked / "target")[0] is None
 
 
 def _run(backend, requests):

@@ -28,7 +28,7 @@ def find_prior(drafter: str, *, bundle: Path | None = None, target: Path | None 
     """(per-position acceptance a_1.. or None, where it came from); see the module docstring."""
     from trtspec.runtime.controller import prior_from_profile
 
-    for folder in (bundle, draft, None if target is None else Path(target).parent):
+    for folder in (bundle, draft, None if target is None else Path(target).resolve().parent):
         path = None if folder is None else Path(folder) / "acceptance.json"
         if path is not None and path.is_file():
             doc = json.loads(path.read_text(encoding="utf-8"))
