@@ -184,6 +184,23 @@ def test_controller_follows_a_change_of_acceptance():
     assert min(depths[400:600]) >= 5 and max(depths[1000:]) <= 1
 
 
+def test_newcomers_start_from_the_pooled_estimate():
+    """Requests that accepted everything leave; the next one starts near their rates, not at the prior."""
+    costs = near_tie_table()
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.3,), pool=0.05), 4)
+    for step in range(200):
+        ids = [f"s{step}-{i}" for i in range(4)]   # every step a new batch of short-lived requests
+        c = ctl.choose(ids, [4] * 4)
+        ctl.observe(ids, c.depths, c.depths)     # all drafts accepted
+    assert min(ctl.pool[:1]) > 0.9
+    assert ctl.gains("newcomer")[0] > 0.9 and ctl.estimates["newcomer"].prior == ctl.pool[:4]
+    # the pool folds a step in from counts: the same whatever the batch order
+    a, b = Controller(ctl.cfg, 4), Controller(ctl.cfg, 4)
+    a.observe(["x", "y", "z"], [4, 2, 3], [1, 2, 0])
+    b.observe(["z", "x", "y"], [3, 4, 2], [0, 1, 2])
+    assert a.pool == b.pool
+
+
 def test_estimates_are_censoring_aware_and_forgotten_when_requests_leave():
     costs = near_tie_table()
     ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), ema=0.5, relax=0.0), 4)
@@ -232,14 +249,14 @@ def test_probes_recover_from_a_pessimistic_prior():
     """Prior a = 0.2 says draft nothing; the requests accept 0.9: one-token probes find that out."""
     costs = near_tie_table()
     rng = random.Random(9)
-    ctl = Controller(AdaptiveConfig(costs, prior=(0.2,)), 8)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.2,), probe_every=16), 8)
     ids, depths = list(range(8)), []
     for _ in range(400):
         c = ctl.choose(ids, [8] * 8)
         depths.append(c.depth)
         ctl.observe(ids, c.depths, [bernoulli_step(rng, (0.9,), d) for d in c.depths])
     assert depths[0] == 0 and ctl.probes >= 1 and min(depths[-100:]) >= 4
-    never = Controller(AdaptiveConfig(costs, prior=(0.2,), probe_every=0), 8)
+    never = Controller(AdaptiveConfig(costs, prior=(0.2,)), 8)   # probes are off by default
     assert all(never.choose(ids, [8] * 8).depth == 0 for _ in range(100)) and never.probes == 0
 
 
@@ -247,12 +264,12 @@ def test_no_probe_where_even_full_acceptance_cannot_pay():
     """Each draft position costs more than a whole plain step: speculation is hopeless, never probed."""
     target = {b: {t: b * 10.0 * t * 1.5 for t in range(1, 10)} for b in (1, 8)}
     costs = StepCosts(table(target, {1: 1.0, 8: 8.0}))
-    ctl, seen = run_stream(costs, lambda i: (0.99,), 500)
+    ctl, seen = run_stream(costs, lambda i: (0.99,), 500, probe_every=16)
     assert set(seen) == {0} and ctl.probes == 0
 
 
 def test_probes_are_rare_and_not_switches_on_a_losing_stream():
     target = {b: {t: b * (10.0 + 4.0 * (t - 1)) for t in range(1, 10)} for b in (1, 8)}
     costs = StepCosts(table(target, {1: 1.0, 8: 8.0}))
-    ctl, seen = run_stream(costs, lambda i: (0.1,), 3200)
+    ctl, seen = run_stream(costs, lambda i: (0.1,), 3200, probe_every=16)
     assert 0 < ctl.probes <= 3200 // 16 and sum(d > 0 for d in seen[100:]) <= 3100 // 16 + 4 * ctl.switches

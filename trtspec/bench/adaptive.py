@@ -44,18 +44,21 @@ def find_prior(drafter: str, *, bundle: Path | None = None, target: Path | None 
     return None, "the controller's default"
 
 
-def measure_costs(pipeline: Any, max_depth: int, batches=MEASURE_BATCHES, repeats: int = 7,
+def measure_costs(pipeline: Any, max_depth: int, batches=MEASURE_BATCHES, repeats: int = 7, clock: str = "wall",
                   progress: Callable[[], None] | None = None) -> dict:
     """A cost table (as a dict) of ``pipeline`` on its device: engine steps at ``batches`` x D =
     0..max_depth, greedy and sampled, 2 warm-up and ``repeats`` timed steps per cell, the cells
     taking turns (``trtspec.bench.profile``), on the wall clock with this process's torch threads:
     what serving from this process pays (a CPU's thread scaling differs between small and large
-    steps, so single-thread CPU time would misprice them)."""
+    steps, so single-thread CPU time would misprice a multi-threaded server). ``clock='cpu'``: this
+    process's CPU time instead, for a server measured the same way on one thread (see
+    ``benchmarks/bench_serve.py --clock cpu``)."""
     from trtspec.bench.profile import CostTable, ProfileConfig, device_name, profile_pipeline
 
     device = "cuda" if str(pipeline.target.lm_head.weight.device).startswith("cuda") else "cpu"
     cfg = ProfileConfig(batch_sizes=batches, tokens=tuple(range(1, max(max_depth, 1) + 2)), draft_tokens=(1,),
-                        device=device, verify=("greedy", "sample"), warmup=2, repeats=repeats, context_len=96)
+                        device=device, verify=("greedy", "sample"), warmup=2, repeats=repeats, context_len=96,
+                        clock=clock)
     target, draft, extra = profile_pipeline(pipeline, cfg, progress=progress)
     return CostTable(device_name(device), target, draft, source=f"measured for adaptive speculation: engine steps "
                      f"at B={','.join(map(str, batches))}, D=0..{max_depth}, greedy and sampled, {cfg.clock} clock",

@@ -55,7 +55,10 @@ class SweepConfig:
     for both the sweep and the cost table; ``acceptance``: the planner's a_k from the counts at the
     largest D ('max_d', default) or pooled over every swept D >= 1 ('pooled'); ``prior_steps``
     (default 0: none): pseudo-steps that shrink each a_k toward the pooled rate (see
-    ``metrics.summarize_positions``)."""
+    ``metrics.summarize_positions``); ``requests_per_slot`` (default 3) and ``min_requests``
+    (default 12): batch size B serves the first ``max(min_requests, requests_per_slot * B + 1)`` of
+    the prompts (at most all of them), enough to refill its rows while small batches, the dearest per
+    token, serve fewer."""
 
     draft_lens: tuple[int, ...] = tuple(range(0, 9))
     batch_sizes: tuple[int, ...] = (1, 4, 16)
@@ -65,6 +68,8 @@ class SweepConfig:
     clock: str = "wall"
     acceptance: str = "max_d"
     prior_steps: float = 0.0
+    requests_per_slot: int = 3
+    min_requests: int = 12
 
     def __post_init__(self) -> None:
         if not self.draft_lens or any(d < 0 for d in self.draft_lens):
@@ -80,6 +85,9 @@ class SweepConfig:
             raise ValueError(f"acceptance={self.acceptance!r}: expected 'max_d' or 'pooled'")
         if self.prior_steps < 0:
             raise ValueError(f"prior_steps={self.prior_steps}: expected >= 0")
+        if self.requests_per_slot < 1 or self.min_requests < 1:
+            raise ValueError(f"requests_per_slot={self.requests_per_slot}, min_requests={self.min_requests}: "
+                             "expected >= 1")
         object.__setattr__(self, "draft_lens", tuple(sorted(set(self.draft_lens))))
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
 
@@ -135,9 +143,10 @@ def measure_grid(runner: LocalRunner, prompts: Sequence[Prompt], cfg: SweepConfi
     """Measure every (B, D) on the same workload: all ``prompts`` (``cfg.rounds`` passes) served with
     continuous batching on B rows, one engine per D, the engines stepped in turn (``steps.paired_pass``;
     they share ``runner``'s models). After an untimed warm-up per B, the grid is measured
-    ``cfg.repeats`` times; each point keeps its median steady-state tokens/s and step time. Returns
-    the points and, per D, the censoring-aware acceptance counts of the first pass at the smallest
-    B, overall and per category."""
+    ``cfg.repeats`` times; each point keeps its median steady-state tokens/s and step time. Batch
+    size B serves the first ``max(cfg.min_requests, cfg.requests_per_slot * B + 1)`` prompts. Returns
+    the points and, per D, the censoring-aware acceptance counts of the first pass at the largest B
+    (it serves the most prompts; greedy outputs do not depend on B), overall and per category."""
     import statistics
 
     if not prompts:
@@ -154,7 +163,8 @@ def measure_grid(runner: LocalRunner, prompts: Sequence[Prompt], cfg: SweepConfi
     runs: dict[tuple[int, int], list[Tally]] = {}
     for _ in range(cfg.repeats):
         for b in cfg.batch_sizes:
-            for d, t in paired_pass(pipes, ids, cats, b, cfg.max_new_tokens, runner.now).items():
+            n = min(len(ids), max(cfg.min_requests, cfg.requests_per_slot * b + 1))
+            for d, t in paired_pass(pipes, ids[:n], cats[:n], b, cfg.max_new_tokens, runner.now).items():
                 runs.setdefault((b, d), []).append(t)
                 if progress is not None:
                     progress()
@@ -173,7 +183,7 @@ def measure_grid(runner: LocalRunner, prompts: Sequence[Prompt], cfg: SweepConfi
                             n_steady, statistics.median(t.all_tokens_per_s for t in ts),
                             full_al, b * full_al / step if step else 0.0,
                             sum(t.steady_context for t in ts) / n_steady if n_steady else 0.0))
-    b0 = min(cfg.batch_sizes)
+    b0 = max(cfg.batch_sizes)
     counts = {d: runs[b0, d][0].positions for d in cfg.draft_lens}
     by_cat = {d: runs[b0, d][0].by_category for d in cfg.draft_lens}
     return points, counts, by_cat

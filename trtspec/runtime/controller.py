@@ -28,11 +28,18 @@ current M's, re-evaluated on the same estimates, by more than ``hysteresis`` (de
 least ``min_dwell`` steps (default 4) after the last change. On a stationary stream the EMAs settle
 and the choice stops moving; a loss of at most ``hysteresis`` is the price.
 
-Probes. While the batch drafts nothing its estimates cannot learn, so a pessimistic prior would
-stop speculation for good; every ``probe_every`` steps (default 16) of drafting nothing, one step
-drafts one token for every request -- unless the costs say that no depth could pay even if every
-draft were accepted (``B (M + 1) / cost(M) <= B / cost(0)`` for every M), where speculation is
-hopeless and no probe runs. A probe is not a switch of the chosen depth.
+Seeds. A request joining the batch starts from the engine's pooled estimate: per-position rates
+over every request's recent steps (weight ``pool`` per request-step, folded in once per step from
+exact counts), itself seeded by the prior; so a uniform workload's newcomers start where their
+predecessors ended, not at the prior.
+
+Probes (off by default). While the batch drafts nothing its estimates cannot learn, so a
+pessimistic prior can keep speculation off; with ``probe_every`` = n, after n steps of drafting
+nothing one step drafts one token for every request -- unless the costs say that no depth could pay
+even if every draft were accepted (``B (M + 1) / cost(M) <= B / cost(0)`` for every M). A probe is
+not a switch of the chosen depth. They are off by default because a drafter with its own cache
+(draft model, EAGLE-3) must first catch up on every token it missed, a cost the table does not
+price: on the demo pair at B = 16 a probe every 16 steps cost 15 % of throughput.
 
 Estimates. After a step that drafted d and accepted a, positions ``1..min(d, a+1)`` were reached:
 ``a_ik += ema * ([k <= a] - a_ik)``. Positions the request has not reached follow its level: the
@@ -139,8 +146,9 @@ class AdaptiveConfig:
     of positions a step did not reach toward the request's level, and of that level toward the
     prior while it drafts nothing (default 0.002: about 350 steps to halve); ``hysteresis``:
     relative gain a new depth must promise (default 0.02); ``min_dwell``: steps between depth
-    changes (default 4); ``probe_every``: steps of drafting nothing between two one-token probes
-    (default 16; 0 = never probe).
+    changes (default 4); ``probe_every``: steps of drafting nothing before a one-token probe
+    (default 0: never); ``pool``: weight of one request-step in the pooled estimate that seeds
+    newcomers (default 0.02).
     """
 
     costs: StepCosts
@@ -149,7 +157,8 @@ class AdaptiveConfig:
     relax: float = 0.002
     hysteresis: float = 0.02
     min_dwell: int = 4
-    probe_every: int = 16
+    probe_every: int = 0
+    pool: float = 0.02
 
     def __post_init__(self):
         prior = tuple(float(a) for a in self.prior)
@@ -160,6 +169,8 @@ class AdaptiveConfig:
             raise ValueError(f"ema: expected in (0, 1], got {self.ema}")
         if not 0.0 <= self.relax <= 1.0:
             raise ValueError(f"relax: expected in [0, 1], got {self.relax}")
+        if not 0.0 <= self.pool < 1.0:
+            raise ValueError(f"pool: expected in [0, 1), got {self.pool}")
         if self.hysteresis < 0 or self.min_dwell < 0 or self.probe_every < 0:
             raise ValueError(f"hysteresis, min_dwell and probe_every: expected >= 0, got {self.hysteresis}, "
                              f"{self.min_dwell}, {self.probe_every}")
@@ -185,22 +196,25 @@ def _logit(p: float) -> float:
 @dataclass
 class _Estimate:
     """One request's conditional acceptance per position (``rates``), which positions it has ever
-    reached (``observed``), and its level against the prior (``offset``: mean logit difference over
-    the positions it reached last). Positions it never reached take ``sigmoid(logit(prior_k) +
-    offset)``: a request accepting more than the prior at the positions it drafts is expected to
-    do so deeper too, so that the controller can find out that a longer draft pays."""
+    reached (``observed``), the rates it was seeded with (``prior``), and its level against them
+    (``offset``: mean logit difference over the positions it reached last). Positions it never
+    reached take ``sigmoid(logit(prior_k) + offset)``: a request accepting more than its seed at the
+    positions it drafts is expected to do so deeper too, so that the controller can find out that a
+    longer draft pays."""
 
     rates: list[float]
     observed: list[bool]
+    prior: list[float] = field(default_factory=list)   # what it was seeded with
     offset: float = 0.0
 
-    def update(self, reached: int, accepted: int, prior: Sequence[float], cfg: "AdaptiveConfig") -> None:
+    def update(self, reached: int, accepted: int, cfg: "AdaptiveConfig") -> None:
+        prior = self.prior
         for k in range(reached):
             self.rates[k] += cfg.ema * ((1.0 if k < accepted else 0.0) - self.rates[k])
             self.observed[k] = True
         if reached:
             self.offset = math.fsum(_logit(self.rates[k]) - _logit(prior[k]) for k in range(reached)) / reached
-        else:   # nothing drafted: the level drifts back toward the prior (so the request is retried, rarely)
+        else:   # nothing drafted: the level drifts back toward the seed
             self.offset *= 1.0 - cfg.relax
         for k in range(reached, len(self.rates)):
             anchor = 1.0 / (1.0 + math.exp(-(_logit(prior[k]) + self.offset)))
@@ -231,6 +245,7 @@ class Controller:
             raise ValueError(f"max_depth >= 0 and branching >= 1 expected, got {max_depth}, {branching}")
         self.cfg, self.max_depth, self.branching = cfg, max_depth, branching
         self.prior = [cfg.prior_at(k) for k in range(1, max_depth + 1)]
+        self.pool = list(self.prior)           # pooled rates over every request's steps: seeds newcomers
         self.estimates: dict[Any, _Estimate] = {}
         self.current: int | None = None        # the batch depth M in force
         self.since = 0                         # steps since M last changed
@@ -243,7 +258,7 @@ class Controller:
     def _state(self, rid) -> _Estimate:
         est = self.estimates.get(rid)
         if est is None:
-            est = self.estimates[rid] = _Estimate(list(self.prior), [False] * self.max_depth)
+            est = self.estimates[rid] = _Estimate(list(self.pool), [False] * self.max_depth, list(self.pool))
         return est
 
     def gains(self, rid) -> list[float]:
@@ -256,10 +271,18 @@ class Controller:
 
     def observe(self, request_ids: Sequence, drafted: Sequence[int], accepted: Sequence[int]) -> None:
         """Fold one step into each request's estimates: it drafted ``drafted[i]`` and accepted ``accepted[i]``."""
+        reached, hits = [0] * self.max_depth, [0] * self.max_depth
         for rid, d, a in zip(request_ids, drafted, accepted):
             if not 0 <= a <= d:
                 raise ValueError(f"request {rid!r}: accepted={a} must be in 0..drafted={d}")
-            self._state(rid).update(min(d, a + 1), a, self.prior, self.cfg)
+            self._state(rid).update(min(d, a + 1), a, self.cfg)
+            for k in range(min(d, a + 1, self.max_depth)):
+                reached[k] += 1
+                hits[k] += k < a
+        for k, n in enumerate(reached):   # integer counts: the same whatever the batch order
+            if n:
+                w = 1.0 - (1.0 - self.cfg.pool) ** n
+                self.pool[k] += w * (hits[k] / n - self.pool[k])
 
     # -- the choice --------------------------------------------------------------------------
     def _nodes(self, depth: int) -> int:
