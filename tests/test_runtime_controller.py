@@ -47,7 +47,7 @@ def controller_with(rng, costs, batch, max_depth, hysteresis=0.0):
     ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), hysteresis=hysteresis, min_dwell=0), max_depth)
     ids = [f"req{i}" for i in range(batch)]
     for rid in ids:   # each request its own acceptance estimates
-        ctl._state(rid).rates[:] = [rng.choice((0.0, 0.05, 0.3, 0.6, 0.9, 0.99, 1.0)) for _ in range(max_depth)]
+        ctl.seed(rid, [rng.choice((0.0, 0.05, 0.3, 0.6, 0.9, 0.99, 1.0)) for _ in range(max_depth)])
     return ctl, ids
 
 
@@ -112,13 +112,13 @@ def test_permuted_batch_gets_permuted_depths():
         costs = StepCosts(random_table(rng), packed=True)
         ctl, ids = controller_with(rng, costs, 3, 4)
         for rid in ids[1:]:   # exact ties between requests: order must still not matter
-            ctl._state(rid).rates[:] = ctl._state(ids[0]).rates
+            ctl.seed(rid, ctl.estimates[ids[0]].rates)
         caps = [4, 4, 4]
         want = dict(zip(ids, ctl.choose(ids, caps).depths))
         for perm in itertools.permutations(range(3)):
             ctl2 = Controller(ctl.cfg, 4)
             for r, v in ctl.estimates.items():
-                ctl2._state(r).rates[:] = v.rates
+                ctl2.seed(r, v.rates)
             order = [ids[i] for i in perm]
             assert dict(zip(order, ctl2.choose(order, caps).depths)) == want
 

@@ -45,8 +45,8 @@ Estimates. After a step that drafted d and accepted a, positions ``1..min(d, a+1
 ``a_ik += ema * ([k <= a] - a_ik)``. Positions the request has not reached follow its level: the
 prior shifted by the mean logit difference between its estimates and the prior where it drafted
 (a request accepting better than the prior near the root is expected to deeper too, so a longer
-draft gets tried); while it drafts nothing that level drifts back toward the prior by ``relax`` per
-step, so a request that stopped drafting is tried again, rarely. Requests are
+draft gets tried); positions it reached before but not in this step relax toward that level by
+``relax`` per step; a step that drafted nothing for it changes nothing. Requests are
 keyed by their id; everything the choice depends on is summed exactly (``math.fsum``) and ties go to
 the smaller depth, so the choice does not depend on where a request sits in the batch.
 """
@@ -200,25 +200,36 @@ class _Estimate:
     (``offset``: mean logit difference over the positions it reached last). Positions it never
     reached take ``sigmoid(logit(prior_k) + offset)``: a request accepting more than its seed at the
     positions it drafts is expected to do so deeper too, so that the controller can find out that a
-    longer draft pays."""
+    longer draft pays. ``gains`` and ``cum`` are derived from ``rates`` after every update."""
 
     rates: list[float]
     observed: list[bool]
     prior: list[float] = field(default_factory=list)   # what it was seeded with
     offset: float = 0.0
+    gains: list[float] = field(default_factory=list)   # p_k = a_1 ... a_k
+    cum: list[float] = field(default_factory=list)     # cum[d] = p_1 + ... + p_d (cum[0] = 0)
+
+    def __post_init__(self):
+        self._derive()
+
+    def _derive(self) -> None:
+        p, self.gains, self.cum = 1.0, [], [0.0]
+        for a in self.rates:
+            p *= a
+            self.gains.append(p)
+            self.cum.append(self.cum[-1] + p)
 
     def update(self, reached: int, accepted: int, cfg: "AdaptiveConfig") -> None:
+        """One step that reached positions 1..``reached`` (>= 1) and accepted 1..``accepted``."""
         prior = self.prior
         for k in range(reached):
             self.rates[k] += cfg.ema * ((1.0 if k < accepted else 0.0) - self.rates[k])
             self.observed[k] = True
-        if reached:
-            self.offset = math.fsum(_logit(self.rates[k]) - _logit(prior[k]) for k in range(reached)) / reached
-        else:   # nothing drafted: the level drifts back toward the seed
-            self.offset *= 1.0 - cfg.relax
+        self.offset = math.fsum(_logit(self.rates[k]) - _logit(prior[k]) for k in range(reached)) / reached
         for k in range(reached, len(self.rates)):
             anchor = 1.0 / (1.0 + math.exp(-(_logit(prior[k]) + self.offset)))
             self.rates[k] = self.rates[k] + cfg.relax * (anchor - self.rates[k]) if self.observed[k] else anchor
+        self._derive()
 
 
 @dataclass
@@ -263,18 +274,30 @@ class Controller:
 
     def gains(self, rid) -> list[float]:
         """``p_k`` for k = 1..max_depth: the probability that draft position k is accepted."""
-        out, p = [], 1.0
-        for a in self._state(rid).rates:
-            p *= a
-            out.append(p)
-        return out
+        return self._state(rid).gains
+
+    def seed(self, rid, rates: Sequence[float]) -> None:
+        """Set request ``rid``'s conditional acceptance estimates (positions 1..max_depth)."""
+        est = self._state(rid)
+        if len(rates) != self.max_depth or any(not 0.0 <= a <= 1.0 for a in rates):
+            raise ValueError(f"rates: expected {self.max_depth} values in [0, 1], got {list(rates)}")
+        est.rates[:] = [float(a) for a in rates]
+        est._derive()
+
+    @property
+    def drafting(self) -> bool:
+        """Whether the batch drafts now (or nothing has been chosen yet)."""
+        return self.current is None or self.current > 0
 
     def observe(self, request_ids: Sequence, drafted: Sequence[int], accepted: Sequence[int]) -> None:
-        """Fold one step into each request's estimates: it drafted ``drafted[i]`` and accepted ``accepted[i]``."""
+        """Fold one step into each request's estimates: it drafted ``drafted[i]`` and accepted ``accepted[i]``
+        (a request that drafted nothing learns nothing)."""
         reached, hits = [0] * self.max_depth, [0] * self.max_depth
         for rid, d, a in zip(request_ids, drafted, accepted):
             if not 0 <= a <= d:
                 raise ValueError(f"request {rid!r}: accepted={a} must be in 0..drafted={d}")
+            if d == 0:
+                continue
             self._state(rid).update(min(d, a + 1), a, self.cfg)
             for k in range(min(d, a + 1, self.max_depth)):
                 reached[k] += 1
@@ -288,12 +311,13 @@ class Controller:
     def _nodes(self, depth: int) -> int:
         return tree_size(self.branching, depth)
 
-    def _best_for_depth(self, costs, method, gains, caps, M) -> tuple[float, list[int]]:
+    def _best_for_depth(self, costs, method, ests, caps, M) -> tuple[float, list[int]]:
         """Best rate with batch depth M (request i drafts at most min(M, cap_i)) and the depths achieving it."""
         B = len(caps)
         if not costs.packed or M == 0:
-            tokens = B + math.fsum(sum(g[:min(M, c)]) for g, c in zip(gains, caps))
+            tokens = B + math.fsum(e.cum[min(M, c)] for e, c in zip(ests, caps))
             return tokens / costs.seconds(method, B, self._nodes(M), M), [min(M, c) for c in caps]
+        gains = [e.gains for e in ests]
         # the S - B largest gains (k <= M), best S: gains of one request are non-increasing in k,
         # so a prefix of this order always takes each request's positions 1, 2, ... in turn
         items = sorted((-g[k], k, i) for i, (g, c) in enumerate(zip(gains, caps)) for k in range(min(M, c)))
@@ -330,10 +354,10 @@ class Controller:
             perm = sorted(range(len(caps)), key=lambda i: str(request_ids[i]))
         ids = [request_ids[i] for i in perm]
         caps_p = [caps[i] for i in perm]
-        gains = [self.gains(rid) for rid in ids]
+        ests = [self._state(rid) for rid in ids]
         top = max(caps_p, default=0)
         costs = self.cfg.costs
-        found = {M: self._best_for_depth(costs, method, gains, caps_p, M) for M in range(top + 1)}
+        found = {M: self._best_for_depth(costs, method, ests, caps_p, M) for M in range(top + 1)}
         rates = {M: r for M, (r, _) in found.items()}
         best = max(rates, key=lambda M: (rates[M], -M))
         switched = False

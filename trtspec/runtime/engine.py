@@ -173,6 +173,8 @@ class Engine:
         for r in new:
             r.cache_len = len(r.tokens) - 1
         self.drafter.admit(new, aux)
+        if self.controller is None or self.controller.drafting:   # else its catch-up waits for a draft
+            self.drafter.prefill(new)
         self.running += new
 
     # -- one step --------------------------------------------------------------------------------

@@ -45,11 +45,13 @@ class DraftModelDrafter(TreeDrafter):
         return self.cache.slots
 
     def admit(self, reqs, prefill_aux):
-        """Prefill the prompts but their last token (the root, fed with the first proposal), so that
-        a step never pads its batch's catch-up to a newcomer's prompt length."""
         for r in reqs:
             self.seen[r.row] = 0
-        todo = [r for r in reqs if len(r.tokens) > 1]
+
+    def prefill(self, reqs):
+        """Feed the prompts but their last token (the root, fed with the first proposal), so that a
+        step never pads its batch's catch-up to a newcomer's prompt length."""
+        todo = [r for r in reqs if len(r.tokens) > 1 and self.seen[r.row] == 0]
         if todo:
             self._feed_tokens(todo, [r.tokens[:-1] for r in todo])
 

@@ -45,15 +45,18 @@ class Eagle3Drafter(TreeDrafter):
 
     @torch.no_grad()
     def admit(self, reqs, prefill_aux):
-        """prefill_aux ``[B, T, k*E]``: target features of prompt tokens 0..n-2 (the root n-1 is not prefilled).
-        The head is prefilled with every entry but the last (which predicts the first draft), so that
-        a step never pads its batch's catch-up to a newcomer's prompt length."""
+        """prefill_aux ``[B, T, k*E]``: target features of prompt tokens 0..n-2 (the root n-1 is not prefilled)."""
         for i, r in enumerate(reqs):
             self.seen[r.row] = 0
             self.pending[r.row] = (torch.zeros(0, self.head.fc.out_features, device=self.device), [])
             n = len(r.tokens) - 1
             if n > 0:
                 self._append(r.row, prefill_aux[i, :n], r.tokens[1:n + 1])
+
+    @torch.no_grad()
+    def prefill(self, reqs):
+        """Feed the head every pending entry but the last (which predicts the first draft), so that a
+        step never pads its batch's catch-up to a newcomer's prompt length."""
         todo = [r for r in reqs if len(self.pending[r.row][1]) > 1]
         if todo:
             self._run_pending(todo, [len(self.pending[r.row][1]) - 1 for r in todo])
