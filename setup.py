@@ -59,7 +59,8 @@ setup(
     include_package_data=True,
     package_data={
         "trtspec": ["recipes/models/*.yaml", "bench/data/*", "zoo/**/*", "triton/**/*", "builder/engines/*.yaml"],
-        "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml", "measurements/*.yaml", "engines/*.yaml"],
+        "trtspec.recipebook": ["gpus/*.yaml", "priors/*.yaml", "book/*.yaml", "measurements/*.yaml", "engines/*.yaml",
+                               "validation/*.yaml"],
         "trtspec.pluginspecs": ["trtSpec*/trtSpec*.yaml"],
     },
     ext_modules=_extensions(),

@@ -1,166 +1,336 @@
-"""Planner fidelity against the published corpus: the measured-data model beside the pure roofline, held-out and train.
+"""Planner fidelity on published measurements it has never seen: leave-one-source-out first, the roofline beside it.
 
-    python benchmarks/bench_fidelity.py [--fit] [--cases] [--json]
+    python benchmarks/bench_fidelity.py [--fit] [--write-intervals] [--no-aic] [--cases] [--json]
 
-Every corpus figure (``recipes/measurements/*.yaml``) is scored in the modes of ``trtspec.recipes.fidelity``
-(``speedup``: published D and AL; ``speedup-source-al``: an AL the source states elsewhere; ``batch-ratio``:
-speedup(B) / speedup(B_ref) of one configuration, AL-free; ``baseline``: the published no-speculation tok/s), each
-counted separately; what no mode can score is listed with the reason. Printed side by side, for the held-out split
-and the training split: median and 90th percentile of |predicted / published - 1|, speedups on the wrong side of 1,
-and per published sweep over D the distance between the published best D and the predicted best D -- for the
-measured-data model (``--pricing perf-db`` with the engines' fitted figures) and for the pure roofline
-(``--pricing roofline``: the analytic model with the GPU files' fixed costs). A sweep's "tie-aware" distance counts
-every D whose published speedup is within ``TIE`` (1%) of the sweep's best as a best D (sources round and scatter by
-about that much).
+Every corpus figure (``recipes/measurements/*.yaml``) that a scoring mode of ``trtspec.recipes.fidelity`` accepts is
+priced once as linear terms in the engines' fitted figures (``trtspec.recipes.validation.price_corpus``); then, for
+each source (a post, a pull request, a paper), the engines' figures are refitted on every *other* source and that
+source's figures are predicted (leave-one-source-out, LOSO: ``validation.loso``). Printed, measured-data model (LOSO)
+beside the pure roofline (``--pricing roofline``: the analytic model, nothing fitted):
 
-``--fit`` first refits the engines' figures on the train split only and rewrites ``recipes/engines/*.yaml``
-(``trtspec.recipes.fidelity_fit``). Targets (on the speedup modes): held-out median |error| <= 10%, no held-out
-case on the wrong side of 1, best D within 1 of every sweep.
+1. per mode -- ``speedup`` (published D and AL), ``speedup-source-al`` (an AL the source states elsewhere),
+   ``batch-ratio`` (speedup(B) / speedup(B_ref), AL-free), ``baseline`` (published no-speculation tok/s), and
+   ``speedup-prior`` (every case with D, at the closest published prior's AL: what a user who measured nothing
+   gets): cases, median and 90th percentile of |predicted / published - 1|, speedups on the wrong side of 1;
+2. the speedups (both AL modes) per engine, drafter class (sequential / parallel / host-side), GPU family, quant
+   and batch band;
+3. the no-speculation baseline, op-by-op (trtspec's kernels from aiconfigurator-core's tables + the engine's
+   ``step_us``) beside aiconfigurator-core's own whole generation step (``trtspec.recipes.aic_step``, the same
+   LOSO-fitted ``step_us`` on top) and their geometric mean, on the baselines both can price (``--no-aic`` skips);
+4. intervals: how often the LOSO interval of each speedup covers the published one when the residual quantiles
+   are themselves computed without that source (nested), the median relative width, and the wrong-side cases
+   whose interval does not straddle 1; the same for the prior-AL predictions with the acceptance spread;
+5. decisions: per published sweep over D at one batch, given each tested configuration's AL, the regret of the
+   planner's pick, 1 - published(pick) / published(best); median and worst;
+6. secondary: the old split (fit on ``split: train``, score ``split: heldout``).
+
+``--fit`` rewrites ``recipes/engines/*.yaml`` with the figures fitted on every source (what ``trtspec plan``
+ships; LOSO above is the honest estimate of how they transfer). ``--write-intervals`` rewrites
+``recipes/validation/intervals.yaml`` (``trtspec.recipes.intervals``): per drafter class the 10th / 90th percentiles
+of the LOSO log residuals of all sources, and per drafter the spread of published AL around the closest prior.
+
+Targets (LOSO, speedup modes): median |error| <= 10%, p90 <= 25%, no case on the wrong side of 1 unless its
+interval straddles 1; baselines median <= 15%; interval coverage 70-90% at median width <= half the prediction;
+median regret <= 3%, no sweep above 10%.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import statistics
 import sys
 
-TIE = 0.01
-TARGET_MEDIAN = 0.10
-GROUPS = (("speedups", "speedups (both modes)", ("speedup", "speedup-source-al")),
-          ("speedup", "  speedup", ("speedup",)), ("speedup-source-al", "  speedup-source-al", ("speedup-source-al",)),
-          ("batch-ratio", "batch-ratio", ("batch-ratio",)), ("baseline", "baseline", ("baseline",)))
+MODES = ("speedup", "speedup-source-al", "batch-ratio", "baseline", "speedup-prior")
+SPEEDUPS = ("speedup", "speedup-source-al")
+GROUPS = (("engine", "engine"), ("drafter_class", "drafter class"), ("gpu_family", "GPU family"), ("quant", "quant"),
+          ("batch_band", "batch band"))
+TARGETS = {"median": 0.10, "p90": 0.25, "baseline_median": 0.15, "coverage": (0.70, 0.90), "width": 0.5,
+           "median_regret": 0.03, "worst_regret": 0.10}
 
 
-def _tie_distance(scores, sweep: str) -> int:
-    cases = [s for s in scores if s.sweep == sweep and s.mode.startswith("speedup")]
-    top = max(c.published for c in cases)
-    best_pub = {c.draft_len for c in cases if c.published >= top * (1 - TIE)}
-    pred = max(cases, key=lambda c: c.predicted).draft_len
-    return min(abs(pred - d) for d in best_pub)
+def _pct(v) -> str:
+    return "n/a" if v is None else f"{v * 100:5.1f}%"
 
 
-def evaluate(measurements, pricing: str) -> dict:
-    from trtspec.recipes.fidelity import score_all, summary, sweep_best_d
+def _row(label: str, s: dict, r: dict | None = None, side: bool = True) -> str:
+    text = (f"  {label[:34]:34} {s['cases']:4}  {_pct(s['median_abs_error']):>7} {_pct(s['p90_abs_error']):>7}"
+            + (f" {s['wrong_side']:5}" if side else "      "))
+    if r is not None:
+        text += (f"   | {r['cases']:4}  {_pct(r['median_abs_error']):>7} {_pct(r['p90_abs_error']):>7}"
+                 + (f" {r['wrong_side']:5}" if side else ""))
+    return text
 
-    scores, skipped = score_all(measurements, pricing=pricing)
-    out = {"skipped": skipped, "scores": scores}
-    for split in ("heldout", "train"):
-        part = [s for s in scores if s.split == split]
-        sweeps = sweep_best_d(part)
-        for name, row in sweeps.items():
-            row["tie_distance"] = _tie_distance(part, name)
-        out[split] = {"sweeps": sweeps, **{key: summary([s for s in part if s.mode in modes])
-                                           for key, _, modes in GROUPS}}
+
+def _header(title: str) -> list[str]:
+    return ["", title, f"  {'':34} {'n':>4}  {'median':>7} {'p90':>7} {'wrong':>5}   | {'n':>4}  {'median':>7} "
+                       f"{'p90':>7} {'wrong':>5}",
+            f"  {'':34} {'-- measured model, LOSO --':^32}   | {'-- pure roofline --':^32}"]
+
+
+def _group_table(preds: list, roof: list, key: str) -> list[str]:
+    from trtspec.recipes.validation import by_tag, summary
+
+    def groups(ps):
+        if key == "engine":
+            out: dict = {}
+            for p in ps:
+                out.setdefault(p.item.engine, []).append(p)
+            return dict(sorted(out.items()))
+        return by_tag(ps, key)
+
+    g, gr = groups(preds), groups(roof)
+    return [_row(f"{key}={name}", summary(ps), summary(gr.get(name, []))) for name, ps in g.items()]
+
+
+def baseline_comparison(items: list, measurements, use_aic: bool, progress=None) -> dict:
+    """LOSO medians of the op-by-op baseline, aiconfigurator-core's whole step and their geometric mean."""
+    from trtspec.recipes.validation import aic_baseline_items, combined_items, loso, summary
+
+    ours = [it for it in items if it.mode == "baseline"]
+    out = {"op-by-op (all)": summary(loso(ours))}
+    if not use_aic:
+        return out
+    aic, skipped = aic_baseline_items(items, measurements, progress)
+    ids = {it.id for it in aic}
+    common = [it for it in ours if it.id in ids]
+    out["op-by-op (both price)"] = summary(loso(common))
+    out["aiconfigurator whole step"] = summary(loso(aic))
+    out["geometric mean of the two"] = summary(loso(combined_items(common, aic)))
+    out["_skipped"] = len(skipped)
     return out
 
 
-def run_fit(measurements) -> dict:
-    from trtspec.recipes.engines import ENGINES, load_engine, save_engine_file
-    from trtspec.recipes.fidelity_fit import SPEC_FITTED, fit
+def split_table(items: list) -> dict:
+    """The secondary table: figures fitted on ``split: train`` only, scored on each split."""
+    from trtspec.recipes.fidelity_fit import fit_items
+    from trtspec.recipes.validation import in_sample, summary
 
-    fitted = fit(measurements)
+    fitted = fit_items([it for it in items if it.split == "train"])
+    preds = in_sample(items, fitted)
+    return {split: {mode: summary([p for p in preds if p.item.split == split and
+                                   (p.item.mode in SPEEDUPS if mode == "speedups" else p.item.mode == mode)])
+                    for mode in ("speedups", "batch-ratio", "baseline")} for split in ("heldout", "train")}
+
+
+def evaluate(measurements, *, use_aic: bool = True, progress=None) -> dict:
+    from trtspec.recipes.validation import (acceptance_spread, interval_table, loso, nested_coverage, price_corpus,
+                                            regret, roofline_predictions, summary)
+
+    items, skipped = price_corpus(measurements, roofline=True, progress=progress)
+    if progress:
+        progress("leave-one-source-out fits")
+    preds = loso(items)
+    roof = roofline_predictions(items)
+    spread = acceptance_spread(measurements)
+    sp = [p for p in preds if p.item.mode in SPEEDUPS]
+    res = {"corpus": {"cases": len(measurements), "sources": len({m.source for m in measurements}),
+                      "scored": {m: sum(it.mode == m for it in items) for m in MODES}},
+           "items": items, "preds": preds, "roof": roof, "skipped": skipped, "spread": spread,
+           "modes": {m: (summary([p for p in preds if p.item.mode == m]), summary([p for p in roof if p.item.mode == m]))
+                     for m in MODES},
+           "speedups": (summary(sp), summary([p for p in roof if p.item.mode in SPEEDUPS])),
+           "coverage": nested_coverage(preds), "prior_coverage": nested_coverage(preds, modes=("speedup-prior",),
+                                                                                  spread=spread),
+           "regret": regret(preds), "roof_regret": regret(roof), "intervals": interval_table(preds)}
+    if progress:
+        progress("baselines: aiconfigurator-core whole step" if use_aic else "baselines")
+    res["baselines"] = baseline_comparison(items, measurements, use_aic)
+    res["split"] = split_table(items)
+    return res
+
+
+def _regret_lines(res: dict) -> list[str]:
+    rg, rr = res["regret"], res["roof_regret"]
+    lines = ["", "Decisions: regret of the planner's pick on every published sweep over D (given each tested AL)"]
+    for name, r in sorted(rg.items()):
+        roof = rr.get(name, {})
+        lines.append(f"  {name[:62]:62} best {r['best']:<20} pick {r['pick']:<20} regret {r['regret']:6.1%}"
+                     f"   (roofline pick {roof.get('pick', '-')}, {roof.get('regret', float('nan')):.1%})")
+    if rg:
+        vals = [r["regret"] for r in rg.values()]
+        lines.append(f"  {len(vals)} sweeps: median regret {statistics.median(vals):.1%}, worst {max(vals):.1%} "
+                     f"(roofline: median {statistics.median(r['regret'] for r in rr.values()):.1%}, worst "
+                     f"{max(r['regret'] for r in rr.values()):.1%})")
+    return lines
+
+
+def _coverage_line(name: str, c: dict) -> str:
+    if not c["cases"]:
+        return f"  {name}: no cases"
+    return (f"  {name}: {c['covered']}/{c['cases']} covered ({_pct(c['coverage'])}), median width "
+            f"{_pct(c['median_rel_width'])} of the prediction, {c['straddle']} straddle 1, "
+            f"{c['wrong_side_outside']} on the wrong side of 1 outside a straddling interval")
+
+
+def _targets(res: dict) -> list[str]:
+    s, _ = res["speedups"]
+    b = res["baselines"]["op-by-op (all)"]
+    c = res["coverage"]
+    rg = [r["regret"] for r in res["regret"].values()] or [0.0]
+    checks = [("speedups median |error| <= 10%", s["median_abs_error"] <= TARGETS["median"]),
+              ("speedups p90 |error| <= 25%", s["p90_abs_error"] <= TARGETS["p90"]),
+              ("no wrong side of 1 outside a straddling interval", c["wrong_side_outside"] == 0),
+              ("baselines median |error| <= 15%", b["median_abs_error"] <= TARGETS["baseline_median"]),
+              ("interval coverage 70-90%", TARGETS["coverage"][0] <= (c["coverage"] or 0) <= TARGETS["coverage"][1]),
+              ("median interval width <= half the prediction", (c["median_rel_width"] or 9) <= TARGETS["width"]),
+              ("median regret <= 3%", statistics.median(rg) <= TARGETS["median_regret"]),
+              ("no sweep regret above 10%", max(rg) <= TARGETS["worst_regret"])]
+    return ["", "Targets (LOSO): " + "; ".join(f"{name}: {'met' if ok else 'MISSED'}" for name, ok in checks)]
+
+
+def report(res: dict, cases: bool = False) -> list[str]:
+    c = res["corpus"]
+    lines = [f"Corpus: {c['cases']} cases from {c['sources']} sources; scored figures: "
+             + ", ".join(f"{k} {v}" for k, v in c["scored"].items())]
+    lines += _header("Leave-one-source-out, per scoring mode")
+    for mode in MODES:
+        m, r = res["modes"][mode]
+        lines.append(_row(mode, m, r if r["cases"] else None, side=mode.startswith("speedup")))
+    lines.append(_row("speedups (both AL modes)", *res["speedups"]))
+    sp = [p for p in res["preds"] if p.item.mode in SPEEDUPS]
+    rs = [p for p in res["roof"] if p.item.mode in SPEEDUPS]
+    for key, title in GROUPS:
+        lines += _header(f"Speedups (both AL modes) per {title}")
+        lines += _group_table(sp, rs, key)
+    lines += ["", "No-speculation baselines (LOSO; the engine's step_us refitted per fold on top of each):"]
+    for name, s in res["baselines"].items():
+        if not name.startswith("_"):
+            lines.append(_row(name, s, side=False))
+    if "_skipped" in res["baselines"]:
+        lines.append(f"  ({res['baselines']['_skipped']} baselines aiconfigurator-core does not price: sparse / "
+                     "compressed attention modules, 4-bit weight-only GEMMs, configs it does not ship)")
+    lines += ["", "Intervals (70th percentile of |LOSO log residual| per drafter class, both sides; nested per source):",
+              _coverage_line("speedups (measured AL)", res["coverage"]),
+              _coverage_line("speedups at the closest prior's AL, widened by the AL spread", res["prior_coverage"])]
+    for cls, e in res["intervals"].items():
+        lo, hi = e["log_residual_q"]
+        lines.append(f"  class {cls:11} {e['cases']:3} cases{' (pooled)' if e.get('pooled') and cls != 'all' else '':9}"
+                     f" published / predicted in [{2.718281828 ** -hi:.3f}, {2.718281828 ** -lo:.3f}]")
+    lines += _regret_lines(res)
+    lines += ["", "Secondary: fit on split: train only (the old split)"]
+    for split, modes in res["split"].items():
+        for mode, s in modes.items():
+            lines.append(_row(f"{split} {mode}", s, side=mode == "speedups"))
+    lines += _targets(res)
+    for mode, why in res["skipped"].items():
+        reasons: dict = {}
+        for text in why.values():
+            reasons[text[:90]] = reasons.get(text[:90], 0) + 1
+        lines.append(f"not scored ({mode}): " + "; ".join(f"{n} x {w}" for w, n in
+                                                         sorted(reasons.items(), key=lambda x: -x[1])[:6]))
+    if cases:
+        roof = {(p.item.mode, p.item.id): p.predicted for p in res["roof"]}
+        for p in sorted(res["preds"], key=lambda p: (p.item.mode, p.item.source, p.item.id)):
+            it = p.item
+            r = roof.get((it.mode, it.id))
+            lines.append(f"  {it.mode:17} {it.id[:54]:54} {it.engine:6} B={it.batch:<4} D={it.draft_len:<2} "
+                         f"published {it.published:9.3f}  LOSO {p.predicted:9.3f} ({p.error:+6.1%})  roofline "
+                         + ("      n/a" if r is None else f"{r:9.3f}"))
+    return lines
+
+
+def write_intervals(res: dict, measurements) -> str:
+    from trtspec.recipes.intervals import FORMAT, write_intervals as write
+    from trtspec.recipes.validation import INTERVAL_LEVEL, INTERVAL_QUANTILES
+
+    c = res["coverage"]
+    doc = {"format": FORMAT, "generated": datetime.date.today().isoformat(),
+           "corpus": {"cases": res["corpus"]["cases"], "sources": res["corpus"]["sources"],
+                      "speedups_scored": len([p for p in res["preds"] if p.item.mode in SPEEDUPS])},
+           "level": INTERVAL_LEVEL, "quantiles": list(INTERVAL_QUANTILES),
+           "how": ("benchmarks/bench_fidelity.py --write-intervals: every corpus speedup with a published D and AL "
+                   "predicted leave-one-source-out (engines' figures refitted without the case's source); "
+                   f"cost_model = per drafter class q = the {INTERVAL_LEVEL:.0%} percentile of |log(predicted / "
+                   "published)|, stored as [-q, q] (a class with fewer than 8 cases takes every class's); "
+                   "acceptance_spread = per drafter the 10th/90th percentiles of log(published AL / closest "
+                   "published prior's AL at that D), the case's own source's priors left out. A speedup p gets "
+                   "[p*exp(-q), p*exp(q)], widened by [exp(a10), exp(a90)] when its acceptance is a prior."),
+           "validation": {"nested_coverage": round(c["coverage"] or 0.0, 4),
+                          "median_rel_width": round(c["median_rel_width"] or 0.0, 4), "cases": c["cases"]},
+           "cost_model": {k: {"cases": v["cases"], "pooled": bool(v.get("pooled")),
+                              "log_residual_q": [round(x, 5) for x in v["log_residual_q"]]}
+                          for k, v in res["intervals"].items()},
+           "acceptance_spread": {k: {"cases": v["cases"], "log_ratio_q": [round(x, 5) for x in v["log_ratio_q"]]}
+                                 for k, v in res["spread"].items()}}
+    return str(write(doc))
+
+
+def run_fit(measurements) -> dict:
+    """Fit the engines' figures on every source and rewrite ``recipes/engines/*.yaml``."""
+    from trtspec.recipes.engines import ENGINES, load_engine, save_engine_file
+    from trtspec.recipes.fidelity_fit import SPEC_FITTED, fit_items
+    from trtspec.recipes.validation import price_corpus
+
+    items, _ = price_corpus(measurements)
+    fitted = fit_items(items)
     today = datetime.date.today().isoformat()
+    n_src = len({it.source for it in items})
     for engine in ENGINES:
         f = fitted[engine]
-        how = (f"pooled over every engine's train cases ({engine} has fewer than the minimum of its own)"
-               if f["pooled"] else f"on {engine}'s own train cases")
-        why = {k: (f"fitted {today} by benchmarks/bench_fidelity.py --fit {how}: {len(f['cases'])} speedups and "
-                   f"batch ratios of recipes/measurements with split: train (least squares on the log error; "
-                   f"kernels from perf-db; step_us held)") for k in SPEC_FITTED}
+        why = {k: (f"fitted {today} by benchmarks/bench_fidelity.py --fit, one figure for every engine: "
+                   f"{len(f['cases'])} speedups and batch ratios of recipes/measurements ({f['own_cases']} of them "
+                   f"{engine}'s; {n_src} sources; robust least squares on the source-weighted log error; kernels from "
+                   "perf-db; each engine's step_us held; how it transfers to unseen sources is what the "
+                   "leave-one-source-out table reports)") for k in SPEC_FITTED}
         why["verify_split"] += ("; 0 = packed query rows (one KV pass per tile), 1 = every verified token a decode "
                                 "request of its own")
-        steps = "every engine's batch-1 train baselines, pooled" if f["step_pooled"] else \
-            f"{engine}'s own batch-1 train baselines"
+        steps = "every engine's small-batch baselines, pooled" if f["step_pooled"] else \
+            f"{engine}'s own small-batch baselines"
         why["step_us"] = (f"fitted {today} by benchmarks/bench_fidelity.py --fit on {steps} (published "
-                          f"no-speculation tok/s of one request; {len(f['baselines'])} of them {engine}'s own; "
-                          "least squares on the log step time, kernels from perf-db)")
+                          f"no-speculation tok/s at batch 1; {len(f['baselines'])} of them {engine}'s own; robust "
+                          "least squares on the source-weighted log step time, kernels from perf-db)")
         profile = load_engine(engine).with_params(**f["params"])
         save_engine_file(profile, profile.path, why)
     return fitted
 
 
-def _fmt(v, pct=True):
-    if v is None:
-        return "n/a"
-    return f"{v * 100:5.1f}%" if pct else str(v)
-
-
-def _table(res: dict) -> list[str]:
-    cols = [("measured", "heldout"), ("measured", "train"), ("roofline", "heldout"), ("roofline", "train")]
-    lines = [f"{'':40}" + "".join(f"{m + ' ' + s:>18}" for m, s in cols)]
-    for group, label, _ in GROUPS:
-        keys = [("cases", "cases", False), ("median_abs_error", "median |err|", True),
-                ("p90_abs_error", "p90 |err|", True)]
-        if group.startswith("speedup"):
-            keys.append(("wrong_side", "wrong side of 1", False))
-        for key, name, pct in keys:
-            lines.append(f"{(label + ': ' + name)[:40]:40}" + "".join(f"{_fmt(res[m][s][group][key], pct):>18}"
-                                                                      for m, s in cols))
-    return lines
-
-
-def report(measured: dict, roofline: dict) -> list[str]:
-    lines = _table({"measured": measured, "roofline": roofline})
-    lines.append("best-D distance per published sweep (strict / tie-aware within 1%; predicted margin: the model's "
-                 "pick over the published best configuration, as the model prices them):")
-    for split in ("heldout", "train"):
-        for name, row in measured[split]["sweeps"].items():
-            r = roofline[split]["sweeps"].get(name, {})
-            lines.append(f"  [{split:7}] {name[:60]:60} published D={row['published_best_d']}: measured D="
-                         f"{row['predicted_best_d']} ({row['distance']}/{row['tie_distance']}, predicted margin "
-                         f"{row['predicted_margin']:+.1%}), roofline D="
-                         f"{r.get('predicted_best_d', '-')} ({r.get('distance', '-')}/{r.get('tie_distance', '-')})")
-    lines.append("batch-ratio, AL-free (speedup(B) / speedup(smallest B) of one configuration at one D):")
-    roof = {s.id: s.predicted for s in roofline["scores"] if s.mode == "batch-ratio"}
-    for s in (x for x in measured["scores"] if x.mode == "batch-ratio"):
-        lines.append(f"  [{s.split:7}] {s.id[:60]:60} published {s.published:.3f}: measured {s.predicted:.3f}, "
-                     f"roofline {roof.get(s.id, float('nan')):.3f}")
-    sp = measured["heldout"]["speedups"]
-    sweeps = [r for s in ("heldout", "train") for r in measured[s]["sweeps"].values()]
-    lines.append(f"targets (measured model, speedup modes): held-out median |error| <= 10%: "
-                 f"{'met' if sp['median_abs_error'] is not None and sp['median_abs_error'] <= TARGET_MEDIAN else 'MISSED'}"
-                 f"; no held-out case on the wrong side of 1: {'met' if sp['wrong_side'] == 0 else 'MISSED'}"
-                 f"; best D within 1 of every sweep: strict {'met' if all(r['distance'] <= 1 for r in sweeps) else 'MISSED'}"
-                 f", tie-aware {'met' if all(r['tie_distance'] <= 1 for r in sweeps) else 'MISSED'}")
-    for mode, why in measured["skipped"].items():
-        reasons: dict = {}
-        for text in why.values():
-            reasons[text] = reasons.get(text, 0) + 1
-        if reasons:
-            lines.append(f"not scored ({mode}): " + "; ".join(f"{n} x {w}" for w, n in
-                                                             sorted(reasons.items(), key=lambda x: -x[1])))
-    return lines
+def _to_json(res: dict) -> dict:
+    def preds(ps):
+        return [{"id": p.item.id, "mode": p.item.mode, "source": p.item.source, "engine": p.item.engine,
+                 "batch": p.item.batch, "draft_len": p.item.draft_len, "published": p.item.published,
+                 "predicted": p.predicted, "roofline": p.item.roofline, "tags": dict(p.item.tags)} for p in ps]
+    cov = {k: {x: y for x, y in res[k].items() if x != "rows"} for k in ("coverage", "prior_coverage")}
+    return {"corpus": res["corpus"], "modes": res["modes"], "speedups": res["speedups"], "baselines": res["baselines"],
+            "intervals": res["intervals"], "acceptance_spread": res["spread"], **cov, "regret": res["regret"],
+            "split": res["split"], "predictions": preds(res["preds"])}
 
 
 def main(argv=None) -> int:
+    from rich.console import Console
+
     from trtspec.recipes.measurements import load_measurements
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fit", action="store_true", help="refit the engines' figures on the train split first")
+    ap.add_argument("--fit", action="store_true", help="refit the engines' figures on every source and rewrite "
+                                                       "recipes/engines/*.yaml first")
+    ap.add_argument("--write-intervals", action="store_true", help="rewrite recipes/validation/intervals.yaml")
+    ap.add_argument("--no-aic", action="store_true", help="skip aiconfigurator-core's whole-step baseline")
     ap.add_argument("--cases", action="store_true", help="print every scored figure")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    console = Console(stderr=True)
     ms = load_measurements()
-    fitted = run_fit(ms) if args.fit else None
-    measured, roofline = evaluate(ms, "perf-db"), evaluate(ms, "roofline")
-    roof = {(s.mode, s.id): s.predicted for s in roofline["scores"]}
+    with console.status("pricing the corpus") as status:
+        def progress(label):
+            status.update(f"pricing: {label}")
+        fitted = None
+        if args.fit:
+            progress("fitting the engines on every source")
+            fitted = run_fit(ms)
+        res = evaluate(ms, use_aic=not args.no_aic, progress=progress)
+    if args.write_intervals:
+        console.print(f"intervals written: {write_intervals(res, ms)}")
     if args.json:
-        strip = lambda r: {k: v for k, v in r.items() if k != "scores"}  # noqa: E731
-        doc = {"measured": strip(measured), "roofline": strip(roofline), "fitted": fitted,
-               "scores": [{"id": a.id, "mode": a.mode, "split": a.split, "published": a.published,
-                           "measured": a.predicted, "roofline": roof.get((a.mode, a.id))} for a in measured["scores"]]}
+        doc = _to_json(res)
+        doc["fitted"] = fitted
         print(json.dumps(doc, indent=2, default=str))
         return 0
     if fitted:
         for engine, f in fitted.items():
             print(f"fitted {engine}: " + ", ".join(f"{k} = {v:.3g}" for k, v in f["params"].items())
-                  + (" (pooled)" if f["pooled"] else f" ({len(f['cases'])} own train figures)"))
-            print(f"  train rms log error: " + ", ".join(f"{k} {v:.4f}" for k, v in f["train_rms_log_error"].items()))
-    print("\n".join(report(measured, roofline)))
-    if args.cases:
-        for s in measured["scores"]:
-            print(f"  {s.mode:17} {s.split:7} {s.id[:56]:56} D={s.draft_len:<2} published {s.published:8.3f}  "
-                  f"measured {s.predicted:8.3f} ({s.error:+6.1%})  roofline {roof.get((s.mode, s.id), float('nan')):8.3f}")
+                  + f" ({f['own_cases']} of the {len(f['cases'])} speculative figures its own)")
+    print("\n".join(report(res, args.cases)))
     return 0
 
 

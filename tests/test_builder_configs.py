@@ -112,12 +112,15 @@ def test_default_graph_sizes_follow_trtllm_padding_rule():
 
 @pytest.mark.parametrize("drafter", ["draft_model", "eagle3", "mtp", "ngram", "sa", "dflash", "dspark"])
 def test_every_drafter_emits_valid_configs(tmp_path, drafter):
-    """Default versions (TensorRT-LLM main-0004396, vLLM main-002e77c): the recipe's {4: 4, 16: 3, 48: 1} at
-    max_batch_size 64. One-engine drafters get D=1 instead of the implicit 0 above 48 (no runtime floor on that
-    version); NGram keeps its cut-off; DSpark drafts its block at every batch."""
+    """Default versions (TensorRT-LLM main-0004396, vLLM 0.33.0, SGLang 0.5.23): the recipe's {4: 4, 16: 3, 48: 1}
+    at max_batch_size 64. One-engine drafters get D=1 instead of the implicit 0 above 48 (no runtime floor on that
+    version); NGram keeps its cut-off; DSpark drafts its block at every batch; vLLM runs suffix decoding (sa) on
+    Model Runner V1, which drops per-batch ranges, so none are written; SGLang has no SA algorithm."""
     recipe = FakeRecipe()
     opts = _opts(drafter, max_batch_size=64, kv_cache_quant="fp8")
     facts = dspark_facts() if drafter == "dspark" else DrafterFacts(layer_ids=[0, 1], mtp_layers=1)
+    if drafter == "dflash":
+        facts = DrafterFacts(layer_ids=[0, 1], block=read_block_draft({"dflash_config": {"block_size": 8}}, "dflash"))
     written = emit.write_configs(tmp_path, recipe, opts, facts=facts)
     cfg = validate_llm_api_yaml(tmp_path / "llm_api.yaml")
     spec = cfg.speculative_config
@@ -137,7 +140,7 @@ def test_every_drafter_emits_valid_configs(tmp_path, drafter):
     if written["vllm"] is not None:
         raw = yaml.safe_load((tmp_path / "vllm.yaml").read_text())
         v = VllmSpeculativeConfig.model_validate(raw["speculative_config"])
-        if drafter == "dspark":
+        if drafter in ("dspark", "sa"):
             assert v.num_speculative_tokens == 4 and v.num_speculative_tokens_per_batch_size is None
         else:
             assert [tuple(r) for r in v.num_speculative_tokens_per_batch_size] == \
@@ -146,9 +149,13 @@ def test_every_drafter_emits_valid_configs(tmp_path, drafter):
         assert not (tmp_path / "vllm.yaml").exists()
     if written["sglang"] is not None:
         args = SglangArgs.from_text((tmp_path / "sglang.args").read_text())
-        assert args.speculative_num_steps == 4 and args.kv_cache_dtype == "fp8_e4m3"
+        assert args.kv_cache_dtype == "fp8_e4m3"
+        if drafter in ("dflash", "dspark"):  # one block of D + 1 tokens, steps and top-k 1
+            assert (args.speculative_num_steps, args.speculative_num_draft_tokens) == (1, 5)
+        else:
+            assert args.speculative_num_steps == 4
     else:
-        assert drafter in ("sa", "dflash", "dspark")
+        assert drafter == "sa"
 
 
 def test_eagle3_tree_recipe_emits_dynamic_tree(tmp_path):

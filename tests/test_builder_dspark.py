@@ -36,9 +36,9 @@ def no_quantization(monkeypatch):
 
 
 def dspark_draft(root: Path, config: dict) -> Path:
-    """A DSpark draft directory whose config.json is exactly ``config`` (plus one weight tensor)."""
+    """A DSpark draft directory whose config.json is ``config`` with a model_type (plus one weight tensor)."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(config))
+    (root / "config.json").write_text(json.dumps({"model_type": "qwen3", **config}))
     save_file({"main_proj.weight": torch.zeros(128, 256)}, str(root / "model.safetensors"))
     return root
 

@@ -28,13 +28,15 @@ def test_facts_files_are_the_encoded_versions_and_every_fact_has_a_source():
         assert DEFAULT_VERSION[engine] in versions
         for v in versions:
             ev = load_engine_file(ENGINES_DIR / f"{engine}-{v}.yaml")
-            assert (ev.engine, ev.version) == (engine, v) and re.fullmatch(r"[0-9a-f]{40}", ev.commit)
-            for fact in ev.facts.values():  # a path@commit or a pull request / issue number
-                assert re.search(r"@[0-9a-f]{7}|#\d+", fact.source), (engine, v, fact.name, fact.source)
+            assert (ev.engine, ev.version) == (engine, v)
+            assert re.fullmatch(r"[0-9a-f]{40}", ev.commit or "") or (ev.tag == f"v{v}" and ev.package)
+            for fact in ev.facts.values():  # a path@commit, path@release-tag or a pull request / issue number
+                assert re.search(r"@[0-9a-f]{7}|@v\d+\.\d+\.\d+|#\d+", fact.source), (engine, v, fact.name, fact.source)
 
 
 def test_unknown_version_and_malformed_file_are_refused(tmp_path):
-    with pytest.raises(EngineFactsError, match=r"--trtllm-version 'v9' is not encoded; known: pr16888-011d093, "
+    with pytest.raises(EngineFactsError, match=r"--trtllm-version 'v9' is not a known TensorRT-LLM version; known: "
+                                               r"pr16888-011d093, "
                                                r"main-0004396"):
         check_version("trtllm", "v9")
     bad = tmp_path / "x.yaml"
@@ -185,9 +187,9 @@ def test_plan_notes_go_into_the_recipe_and_the_readme(tmp_path):
     assert any("D=1 (the smallest safe length) replaces D=0 (batch > 48)" in n
                for n in recipe.provenance["engine_notes"])
     text = emit.readme(opts, written, recipe, [])
-    assert "## TensorRT-LLM (TensorRT-LLM main-0004396, llm_args.py at 000439672005)" in text
+    assert "## TensorRT-LLM (TensorRT-LLM 1.4.0rc4, llm_args.py at v1.4.0rc4)" in text
     assert "- draft length per batch size: batch 1-4: 4, batch 5-16: 3, batch 17-64: 1" in text
-    assert "## vLLM (vLLM main-002e77c, 002e77c1f0ef)" in text
+    assert "## vLLM (vLLM 0.33.0, v0.33.0)" in text
     assert "batch 17-48: 1, batch 49-64: 0" in text
     assert "## Changes to the plan" in text
 
@@ -215,15 +217,20 @@ def test_every_vllm_key_is_cited_for_its_version(tmp_path, version, drafter, ver
     written = emit.write_configs(tmp_path, FakeRecipe(), opts, facts=facts)
     if drafter not in vv["methods"]:
         assert written["vllm"] is None and not (tmp_path / "vllm.yaml").exists()
-        assert f"{vv.label} has no {drafter} method: vllm.yaml not written" in written["notes"]
+        assert any(n.startswith(f"{vv.label} cannot serve --drafter {drafter}: it has no method for it")
+                   and n.endswith("vllm.yaml not written") for n in written["notes"])
         return
     data = yaml.safe_load((tmp_path / "vllm.yaml").read_text())
     assert set(dotted_keys(data)) <= set(vv["keys"]), set(dotted_keys(data)) - set(vv["keys"])
     sc = data["speculative_config"]
-    assert ("num_speculative_tokens_per_batch_size" in sc) == (version == "main-002e77c" and drafter != "dspark")
-    block = verify == "block" and version == "main-002e77c" and drafter not in ("ngram", "sa")
+    method = vv["methods"][drafter]
+    dropped_on_v1 = method in vv.get("v1_runner_methods", []) and method not in vv.get("per_batch_v1_methods", [])
+    per_batch = bool(vv["per_batch_field"]) and drafter != "dspark" and not dropped_on_v1
+    assert ("num_speculative_tokens_per_batch_size" in sc) == per_batch
+    no_probs = method in vv.get("methods_without_draft_probs", [])
+    block = verify == "block" and "block" in vv["rejection_sample_methods"] and not no_probs
     assert sc.get("rejection_sample_method") == ("block" if block else None)
-    if verify == "block" and drafter in ("ngram", "sa") and version == "main-002e77c":
+    if verify == "block" and no_probs and "block" in vv["rejection_sample_methods"]:
         assert any("proposes tokens without probabilities" in n for n in written["notes"])
 
 

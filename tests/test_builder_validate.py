@@ -123,8 +123,8 @@ def test_eagle3_d2t_and_capture_layers(tmp_path, models):
 def test_dflash_target_layer_ids_and_mtp_layers(tmp_path, models):
     d = tmp_path / "dflash"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"], "hidden_size": 128,
-                                               "dflash_config": {"target_layer_ids": [1, 7]}}))
+    (d / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"], "model_type": "qwen3",
+                                               "hidden_size": 128, "dflash_config": {"target_layer_ids": [1, 7]}}))
     save_file({"fc.weight": __import__("torch").zeros(128, 256)}, str(d / "model.safetensors"))
     with pytest.raises(BuildInputError, match=r"dflash target_layer_ids \[1, 7\] has indices outside"):
         build(tmp_path, target=models["target"], draft=d, drafter="dflash")

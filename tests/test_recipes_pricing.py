@@ -167,7 +167,7 @@ def test_a_losing_batch_says_so_with_the_best_drafting_speedup():
                         batches=[384], context=512)
     row = plan(req).rows[0]
     assert row.draft_len == 0 and row.drafter == "none"
-    assert "no gain: guideline 1" in row.binding_rule
+    assert "no gain: guideline" in row.binding_rule  # the cost that grows most with D, named
     assert "speculation loses here: the best D >= 1 (eagle3, D=1) would give 0." in row.binding_rule
 
 

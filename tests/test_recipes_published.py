@@ -96,14 +96,22 @@ def test_sourced_priors_reproduce_their_published_acceptance_length(prior, al, d
     assert "https://" in p.source
 
 
-@pytest.mark.parametrize("model, drafter", [("llama-3.1-8b", "sa"), ("llama-3.1-8b", "dspark"),
-                                            ("qwen3-next-80b-a3b", "mtp"), ("llama-3.1-8b", "ngram")])
+@pytest.mark.parametrize("model, drafter", [("llama-3.1-8b", "sa"), ("llama-3.1-8b", "ngram")])
 def test_drafters_without_a_published_prior_fail_loudly(model, drafter):
-    """No default prior for SA, DSpark, Qwen3-Next MTP, or n-gram (workload-specific): plan asks for --acceptance."""
+    """No prior for SA, and the n-gram prior is workload-specific (code edits): plan asks for --acceptance."""
     from trtspec.recipes.errors import RecipeError
 
     with pytest.raises(RecipeError, match="acceptance"):
         build_request(model=model, gpu="h200", drafters=drafter, batches=[1])
+
+
+@pytest.mark.parametrize("model, drafter, prior", [("llama-3.1-8b", "dspark", "prior:deepseek-v4-pro-dspark"),
+                                                   ("qwen3-next-80b-a3b", "mtp", "prior:deepseek-r1-mtp")])
+def test_a_drafter_with_a_published_prior_elsewhere_plans_with_it_and_says_why(model, drafter, prior):
+    """DSpark and MTP have published priors on other models: a plan takes the closest one and names it."""
+    req = build_request(model=model, gpu="h200", drafters=drafter, batches=[1])
+    assert req.acceptance[drafter].name == prior
+    assert f"closest published {drafter} prior for {model}" in req.acceptance[drafter].source
 
 
 def test_dflash_prior_is_the_default_for_llama31_8b():

@@ -432,7 +432,8 @@ def test_unsupported_variants_are_refused_in_one_line_naming_the_field(tmp_path,
 
 
 BUILTINS = {"deepseek-v4-flash": "deepseek-ai--DeepSeek-V4-Flash", "deepseek-v4-pro": "deepseek-ai--DeepSeek-V4-Pro",
-            "deepseek-v3.2": "deepseek-ai--DeepSeek-V3.2", "glm-5.2": "zai-org--GLM-5.2",
+            "deepseek-v3.2": "deepseek-ai--DeepSeek-V3.2", "glm-5.1": "zai-org--GLM-5.1", "glm-5.2": "zai-org--GLM-5.2",
+            "kimi-k2.6": "nvidia--Kimi-K2.6-NVFP4",
             "minimax-m3": "MiniMaxAI--MiniMax-M3", "gemma-4-26b-a4b": "google--gemma-4-26B-A4B"}
 
 

@@ -72,6 +72,24 @@ class DrafterFacts:
     layer_ids: Optional[list[int]] = None  # EAGLE-3 capture layers / DFlash, DSpark target_layer_ids
     block: Optional[BlockDraftConfig] = None  # DSpark / DFlash settings with their spellings
     mtp_layers: Optional[int] = None  # the MTP target's num_nextn_predict_layers
+    draft_architectures: tuple[str, ...] = ()  # the draft's config.json architectures
+    draft_model_type: Optional[str] = None  # the draft's config.json model_type
+    target_model_type: Optional[str] = None  # the target's config.json model_type
+
+    def serves_block_draft(self, drafter: str, archs: Optional[dict]) -> Optional[str]:
+        """None when an engine whose fact ``draft_architectures`` is ``archs`` loads this DFlash / DSpark draft,
+        else why not (unknown architectures: the draft's own are not stated -- assume the engine loads it)."""
+        if not archs or drafter not in archs or not self.draft_architectures:
+            return None
+        have = set(self.draft_architectures)
+        if have & set(archs[drafter]):
+            return None
+        if drafter == "dspark" and archs.get("dspark_qwen3") in have and self.draft_model_type == "qwen3":
+            return None
+        if drafter == "dspark" and self.target_model_type in archs.get("dspark_deepseek_targets", []):
+            return None
+        return (f"its {drafter} drafts are {sorted(archs[drafter])}; this draft is {sorted(have)} (model_type "
+                f"{self.draft_model_type})")
 
 
 def lookup(config: dict, spelling: str) -> Any:

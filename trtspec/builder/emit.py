@@ -12,6 +12,7 @@ commands in the bundle's README run from the bundle directory, so the bundle can
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -19,15 +20,16 @@ from typing import Any, Optional
 import yaml
 
 from trtspec.builder.draft_config import DrafterFacts
+from trtspec.builder.emit_sglang import ADAPTIVE_FILE, sglang_part
+from trtspec.builder.emit_vllm import DRAFT_DIR, ranges_text, vllm_part
 from trtspec.builder.engine_facts import EngineVersion, engine_version
 from trtspec.builder.sglang_config import SglangArgs
 from trtspec.builder.trtllm_config import CudaGraphConfig, KvCacheConfig, LlmApiConfig, graph_batch_sizes
 from trtspec.builder.trtllm_schedule import is_static, plan_schedule, runtime_draft_len, zero_draft_batches
-from trtspec.builder.vllm_config import VllmConfig, schedule_to_ranges
+from trtspec.builder.vllm_config import VllmConfig
 
 DECODING_TYPES = {"draft_model": "Draft_Target", "eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram", "sa": "SA",
                   "dflash": "DFlash", "dspark": "DSpark"}
-TARGET_DIR, DRAFT_DIR = "./target", "./draft"
 DSPARK_SETTINGS = ("target_layer_ids", "block_size", "mask_token_id", "markov_rank")
 
 
@@ -43,10 +45,19 @@ class EngineConfigs:
     sglang_facts: EngineVersion
     meaning: dict[str, list[str]] = field(default_factory=dict)  # engine -> README lines
     notes: list[str] = field(default_factory=list)  # changes to the plan (also in the recipe's provenance)
+    sglang_adaptive: Optional[dict] = None  # sglang_adaptive.json (--speculation adaptive on SGLang)
 
     def written(self) -> dict[str, Any]:
         return {"llm_api": self.llm_api, "vllm": self.vllm, "sglang": self.sglang, "notes": self.notes,
                 "meaning": self.meaning, "configs": self}
+
+    def cannot_serve(self) -> list[str]:
+        """README lines: each engine that gets no config for this bundle, and why (from the notes)."""
+        out = []
+        for cfg, facts in ((self.vllm, self.vllm_facts), (self.sglang, self.sglang_facts)):
+            if cfg is None:
+                out += [n for n in self.notes if n.startswith(f"{facts.label} cannot serve")]
+        return out
 
 
 def _schedule(recipe: Any) -> Optional[dict[int, int]]:
@@ -65,17 +76,6 @@ def _tree(recipe: Any, drafter: str) -> Optional[tuple[int, int]]:
     return k, min(max(total, d), k * d)
 
 
-def _ranges(per_batch: dict) -> str:
-    """{1: 4, 2: 4, 3: 1} -> 'batch 1-2: 4, batch 3: 1'."""
-    items, out, lo = sorted(per_batch.items()), [], None
-    for i, (b, d) in enumerate(items):
-        lo = b if lo is None else lo
-        if i + 1 == len(items) or items[i + 1][1] != d:
-            out.append(f"batch {lo}-{b}: {d}" if lo != b else f"batch {b}: {d}")
-            lo = None
-    return ", ".join(out)
-
-
 def _draft_len(recipe: Any, opts: Any, facts: DrafterFacts, notes: list[str]) -> int:
     """D for the engines: the DSpark checkpoint's block, vanilla MTP capped at its layers, else the recipe's."""
     d = int(recipe.max_draft_len)
@@ -88,11 +88,25 @@ def _draft_len(recipe: Any, opts: Any, facts: DrafterFacts, notes: list[str]) ->
             notes.append(f"the recipe planned D={d}; a DSpark draft drafts its trained block, so D={block} "
                          "(the recipe only says at which batch sizes speculation pays)")
         return int(block)
+    if opts.drafter == "dflash":
+        cap = dflash_cap(facts)
+        if cap is not None and d > cap:
+            raise ValueError(f"--drafter dflash: the recipe plans D={d}, but the draft's block size is {cap + 1} (it "
+                             f"drafts at most block_size - 1 = {cap} tokens per step); plan with --recipe auto, or a "
+                             f"recipe whose max_draft_len is <= {cap}")
     if opts.drafter == "mtp" and (facts.mtp_layers or 1) > 1 and d > facts.mtp_layers:
         notes.append(f"the recipe planned D={d}, but vanilla MTP runs at most its {facts.mtp_layers} MTP layers: "
                      f"D={facts.mtp_layers}")
         return int(facts.mtp_layers)
     return d
+
+
+def dflash_cap(facts: DrafterFacts) -> Optional[int]:
+    """The largest D a DFlash draft can run: its block size - 1 (a block holds the last committed token and the
+    drafted ones: SGLang's verify window is the block size, python/sglang/srt/arg_groups/speculative_hook.py@v0.5.23
+    _handle_dflash); None when the draft states no block size."""
+    block = facts.block.block_size if facts.block is not None and facts.block.drafter == "dflash" else None
+    return None if block is None else int(block) - 1
 
 
 def _dspark_losses(recipe: Any, block: int) -> list[str]:
@@ -174,7 +188,7 @@ def trtllm_part(recipe: Any, opts: Any, facts: DrafterFacts, tv: EngineVersion) 
         raise ValueError(f"{tv.label}: {dtype} would draft 0 tokens at batch {zero[0]}..{zero[-1]}, which stales its "
                          "drafter state (PR #16888)")
     per_batch = {b: runtime_draft_len(spec, b, tv, facts.mtp_layers) for b in range(1, opts.max_batch_size + 1)}
-    meaning.insert(1, f"draft length per batch size: {_ranges(per_batch)}"
+    meaning.insert(1, f"draft length per batch size: {ranges_text(per_batch)}"
                    + (" (static: this version has no per-batch draft length for it)"
                       if is_static(tv, dtype, facts.mtp_layers) else ""))
     if opts.verify == "block" and not tv["block_verification"]:
@@ -182,99 +196,24 @@ def trtllm_part(recipe: Any, opts: Any, facts: DrafterFacts, tv: EngineVersion) 
                      "not apply to llm_api.yaml")
     cg = CudaGraphConfig(batch_sizes=graph_batch_sizes(opts.max_batch_size, plan.draft_len_schedule),
                          max_batch_size=opts.max_batch_size, enable_padding=True)
-    data = {"tensor_parallel_size": opts.tp, "max_batch_size": opts.max_batch_size, "max_seq_len": opts.max_seq_len,
+    data = {"tensor_parallel_size": opts.tp, **_trtllm_experts(opts, tv, meaning),
+            "max_batch_size": opts.max_batch_size, "max_seq_len": opts.max_seq_len,
             "kv_cache_config": KvCacheConfig(dtype="fp8" if opts.kv_cache_quant == "fp8" else "auto"),
             "cuda_graph_config": cg, "speculative_config": spec}
+    meaning.append(f"schedule: static per batch size on {tv.label} (no adaptive draft length: "
+                   f"{tv.fact('adaptive').source.split(' (')[0] if tv.facts.get('adaptive') else 'none encoded'})")
     return LlmApiConfig.model_validate(data, context={"trtllm": tv}), meaning, notes
 
 
-def vllm_part(recipe: Any, opts: Any, facts: DrafterFacts,
-              vv: EngineVersion) -> tuple[Optional[VllmConfig], list, list]:
-    """``vllm.yaml`` for vLLM ``vv`` (None where it has no method for the drafter), README lines, plan notes."""
-    notes: list[str] = []
-    method = vv["methods"].get(opts.drafter)
-    if method is None:
-        return None, [], [f"{vv.label} has no {opts.drafter} method: vllm.yaml not written"]
-    meaning = [vv.summary]
-    sched = getattr(recipe, "vllm_schedule", None) or _schedule(recipe)
-    sched = {int(k): int(v) for k, v in (sched or {}).items()}
-    k = sched[min(sched)] if sched else int(recipe.max_draft_len)
-    if opts.drafter in ("dspark", "mtp"):  # DSpark: its block; vanilla MTP: at most its layers
-        cap = _draft_len(recipe, opts, facts, [])
-        k = cap if opts.drafter == "dspark" else min(k, cap)
-        sched = {b: min(v, k) for b, v in sched.items()}
-    spec: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
-    if method in vv["methods_with_model"]:
-        spec["model"] = DRAFT_DIR
-    if method == "ngram":
-        spec.update(prompt_lookup_max=3, prompt_lookup_min=1)
-    varies = bool(sched) and (len(set(sched.values())) > 1 or max(sched) < opts.max_batch_size)
-    if varies and max(sched) < opts.max_batch_size:  # vLLM keeps the last k above the last range: write the 0
-        sched[opts.max_batch_size] = 0
-    if varies and method == "dspark":
-        notes.append(f"{vv.label}: a DSpark draft drafts its whole block; no per-batch draft length is written")
-        varies = False
-    if varies and vv["per_batch_field"]:
-        spec[vv["per_batch_field"]] = schedule_to_ranges(sched)
-        meaning.append(f"draft length per batch size: {_ranges(_dense(sched))}")
-    else:
-        meaning.append(f"draft length: K={k} at every batch size (no per-batch draft length written)")
-        if varies:
-            notes.append(f"{vv.label} has no per-batch draft length: K={k} at every batch size (the recipe's "
-                         f"{_ranges(_dense(sched))} is not expressible)")
-    _vllm_verification(opts, vv, method, spec, meaning, notes)
-    data = {"model": TARGET_DIR, "tensor_parallel_size": opts.tp, "max_num_seqs": opts.max_batch_size,
-            "max_model_len": opts.max_seq_len, "kv_cache_dtype": "fp8" if opts.kv_cache_quant == "fp8" else "auto",
-            "speculative_config": spec}
-    return VllmConfig.model_validate(data, context={"vllm": vv}), meaning, notes
-
-
-def _dense(sched: dict[int, int]) -> dict[int, int]:
-    out, lo = {}, 1
-    for hi in sorted(sched):
-        out.update({b: sched[hi] for b in range(lo, hi + 1)})
-        lo = hi + 1
-    return out
-
-
-def _vllm_verification(opts: Any, vv: EngineVersion, method: str, spec: dict, meaning: list, notes: list) -> None:
-    if opts.verify != "block":
-        meaning.append("verification: per-token rejection sampling (rejection_sample_method left at its default)")
-        return
-    if "block" not in vv["rejection_sample_methods"]:
-        notes.append(f"{vv.label} has no block verification: vllm.yaml verifies token by token")
-        meaning.append("verification: per-token rejection sampling (this version has no rejection_sample_method)")
-    elif method in vv["methods_without_draft_probs"]:
-        notes.append(f"{vv.label}: {method} proposes tokens without probabilities, and block verification would "
-                     "then accept less than per-token verification (vllm#40819): rejection_sample_method stays "
-                     "standard")
-        meaning.append(f"verification: per-token rejection sampling ({method} has no draft probabilities)")
-    else:
-        spec["rejection_sample_method"] = "block"
-        meaning.append(f"verification: `rejection_sample_method: block` (block verification, Sun et al.; "
-                       f"{vv.fact('block_verification_runner').source})")
-
-
-def sglang_part(recipe: Any, opts: Any, sv: EngineVersion) -> tuple[Optional[SglangArgs], list, list]:
-    """``sglang.args`` (None where SGLang has no algorithm for the drafter or the recipe has no shape)."""
-    algo = sv["algorithms"].get(opts.drafter)
-    sg = getattr(recipe, "sglang", None)
-    if algo is None or not sg:
-        why = (f"no SGLang algorithm is mapped for {opts.drafter} ({sv.fact('algorithms').note or sv.label})"
-               if algo is None else "the recipe has no SGLang shape")
-        return None, [], [f"sglang.args not written: {why}"]
-    args = SglangArgs(
-        model_path=TARGET_DIR, tp_size=opts.tp, max_running_requests=opts.max_batch_size,
-        context_length=opts.max_seq_len, kv_cache_dtype="fp8_e4m3" if opts.kv_cache_quant == "fp8" else "auto",
-        speculative_algorithm=algo, speculative_num_steps=int(sg["speculative_num_steps"]),
-        speculative_eagle_topk=int(sg.get("speculative_eagle_topk", 1)),
-        speculative_num_draft_tokens=int(sg["speculative_num_draft_tokens"]),
-        speculative_draft_model_path=DRAFT_DIR if algo in ("EAGLE3", "STANDALONE") else None)
-    meaning = [sv.summary, f"one shape at every batch size: {args.speculative_num_steps} steps, top-k "
-               f"{args.speculative_eagle_topk}, {args.speculative_num_draft_tokens} tokens verified per step"]
-    notes = [f"{sv.label} verifies token by token: --verify block does not apply to sglang.args"] \
-        if opts.verify == "block" and not sv["block_verification"] else []
-    return args, meaning, notes
+def _trtllm_experts(opts: Any, tv: EngineVersion, meaning: list) -> dict:
+    """``moe_expert_parallel_size`` / ``moe_tensor_parallel_size`` for ``--ep`` > 1 (empty otherwise)."""
+    ep = getattr(opts, "ep", 1)
+    if ep <= 1:
+        return {}
+    fields = tv["expert_parallel"]["fields"]
+    meaning.append(f"experts: `{fields[0]}: {ep}`, `{fields[1]}: {opts.tp // ep}` (their product is "
+                   f"tensor_parallel_size {opts.tp})")
+    return {fields[0]: ep, fields[1]: opts.tp // ep}
 
 
 def plan_configs(recipe: Any, opts: Any, facts: Optional[DrafterFacts] = None) -> EngineConfigs:
@@ -282,13 +221,17 @@ def plan_configs(recipe: Any, opts: Any, facts: Optional[DrafterFacts] = None) -
     facts = facts or DrafterFacts()
     tv = engine_version("trtllm", opts.trtllm_version)
     vv = engine_version("vllm", getattr(opts, "vllm_version", None))
-    sv = engine_version("sglang")
+    sv = engine_version("sglang", getattr(opts, "sglang_version", None))
     llm, t_meaning, notes = trtllm_part(recipe, opts, facts, tv)
-    vl, v_meaning, v_notes = vllm_part(recipe, opts, facts, vv)
-    sg, s_meaning, s_notes = sglang_part(recipe, opts, sv)
+    d = _draft_len(recipe, opts, facts, [])
+    cap = {"dspark": d, "dflash": dflash_cap(facts)}.get(opts.drafter)
+    if opts.drafter == "mtp" and (facts.mtp_layers or 1) > 1:
+        cap = facts.mtp_layers
+    vl, v_meaning, v_notes = vllm_part(recipe, opts, facts, vv, k_cap=cap)
+    sg, s_meaning, s_notes, adaptive = sglang_part(recipe, opts, sv, d, facts)
     return EngineConfigs(llm_api=llm, vllm=vl, sglang=sg, trtllm_facts=tv, vllm_facts=vv, sglang_facts=sv,
                          meaning={"trtllm": t_meaning, "vllm": v_meaning, "sglang": s_meaning},
-                         notes=notes + v_notes + s_notes)
+                         notes=notes + v_notes + s_notes, sglang_adaptive=adaptive)
 
 
 def dump_yaml(data: dict, path: Path, header: str) -> None:
@@ -325,6 +268,8 @@ def write_configs(bundle: Path, recipe: Any, opts: Any, *, draft_layer_ids=None,
                   f"Keys follow {vv.label} ({vv.short_commit}).")
     if planned.sglang is not None:
         (bundle / "sglang.args").write_text(planned.sglang.to_text())
+    if planned.sglang_adaptive is not None:
+        (bundle / ADAPTIVE_FILE).write_text(json.dumps(planned.sglang_adaptive, indent=2) + "\n")
     prov = getattr(recipe, "provenance", None)
     if isinstance(prov, dict) and planned.notes:
         prov["engine_notes"] = list(planned.notes)
@@ -350,6 +295,21 @@ def _context_lines(opts: Any, recipe: Any) -> list[str]:
     return lines
 
 
+def _uncertainty_lines(recipe: Any) -> list[str]:
+    """README section: the batches whose predicted speedup interval reaches below 1 (trtspec.recipes.intervals)."""
+    low = [r for r in getattr(recipe, "rows", []) or [] if r.get("draft_len", 0) > 0 and len(r.get("interval") or ()) == 2
+           and r["interval"][0] < 1.0]
+    if not low:
+        return []
+    cells = ", ".join(f"batch {r['batch']}: D={r['draft_len']} {r['speedup']:.2f}x ({r['interval'][0]:.2f}-"
+                      f"{r['interval'][1]:.2f})" for r in low)
+    return ["", "## Uncertainty", "",
+            f"- The predicted speedup may be below 1 (speculation may lose) at {cells}: the interval is the range of "
+            "the planner's errors on published measurements it was not fitted on (`provenance.intervals` in "
+            "recipe.yaml).",
+            f"- Settle it on your deployment: {low[0].get('settle') or '`trtspec bench --server URL --draft-len D`'}."]
+
+
 def readme(opts: Any, written: dict[str, Any], recipe: Any, extra: list[str]) -> str:
     """The bundle's ``README.md``: what is inside, the exact serve commands, and per engine what the config
     means on the version it targets."""
@@ -373,7 +333,11 @@ def readme(opts: Any, written: dict[str, Any], recipe: Any, extra: list[str]) ->
         lines += ["", f"## SGLang ({sv.label}, {sv.short_commit})", "```bash",
                   "python -m sglang.launch_server $(cat sglang.args)", "```", ""]
         lines += [f"- {m}" for m in cfg.meaning["sglang"]]
+    gone = cfg.cannot_serve()
+    if gone:
+        lines += ["", "## Engines that cannot serve this bundle", ""] + [f"- {n}" for n in gone]
     lines += _context_lines(opts, recipe)
+    lines += _uncertainty_lines(recipe)
     if cfg.notes:
         lines += ["", "## Changes to the plan", ""] + [f"- {n}" for n in cfg.notes]
     lines += ["", "## Files", "- `target/`: target checkpoint (unified Hugging Face layout"

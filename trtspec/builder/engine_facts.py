@@ -1,9 +1,12 @@
 """Facts about the serving engines trtspec writes configs for, one YAML file per engine version.
 
-``trtspec/builder/engines/<engine>-<version>.yaml`` holds what one commit of TensorRT-LLM, vLLM or SGLang does with
+``trtspec/builder/engines/<engine>-<version>.yaml`` holds what one release or commit of TensorRT-LLM, vLLM or SGLang
+does with
 the fields trtspec emits (which decoding types honour a per-batch draft length, whether the runtime floors the draft
 length, where a DSpark draft's ``target_layer_ids`` are read from, which keys exist, ...). Every fact carries the
-``source`` it was read from (``path@commit`` or a pull request). The emitters ask these objects, never a second copy.
+``source`` it was read from (``path@commit``, ``path@tag`` or a pull request). A released version names its ``tag``
+and the PyPI ``package`` users install (``vllm==0.33.0``); a main-branch read names its ``commit``. The emitters ask
+these objects, never a second copy.
 
 The version names are listed here as constants (``--trtllm-version`` and ``--vllm-version`` choices are built from
 them without reading any file); ``tests/test_builder_engine_facts.py`` checks they match the YAML files.
@@ -13,18 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 ENGINES_DIR = Path(__file__).with_name("engines")
 
-#: engine -> the versions encoded, oldest first; the last one is the default.
+#: engine -> the versions encoded (releases by their number, main-branch reads as ``main-<commit>``).
 VERSIONS: dict[str, tuple[str, ...]] = {
-    "trtllm": ("pr16888-011d093", "main-0004396"),
-    "vllm": ("main-f19b16d", "main-002e77c"),
-    "sglang": ("main-001067f",),
+    "trtllm": ("pr16888-011d093", "main-0004396", "1.4.0rc4"),
+    "vllm": ("main-f19b16d", "main-002e77c", "0.33.0"),
+    "sglang": ("main-001067f", "0.5.23"),
 }
-#: the default version of each engine (the newest main read).
-DEFAULT_VERSION: dict[str, str] = {"trtllm": "main-0004396", "vllm": "main-002e77c", "sglang": "main-001067f"}
+#: the default version of each engine: the newest release users install where one is encoded.
+DEFAULT_VERSION: dict[str, str] = {"trtllm": "1.4.0rc4", "vllm": "0.33.0", "sglang": "0.5.23"}
 #: the CLI option that selects each engine's version (named in errors).
 VERSION_OPTION = {"trtllm": "--trtllm-version", "vllm": "--vllm-version", "sglang": "--sglang-version"}
 
@@ -37,6 +40,9 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "vllm": ("keys", "methods", "methods_with_model", "per_batch_field", "rejection_sample_methods"),
     "sglang": ("keys", "algorithms", "per_batch_field", "block_verification"),
 }
+#: top-level keys of a facts file (``commit`` for a main-branch read, ``tag`` + ``package`` for a release).
+FILE_KEYS = {"engine", "version", "repo", "summary", "facts"}
+OPTIONAL_FILE_KEYS = {"commit", "tag", "package"}
 
 
 class EngineFactsError(ValueError):
@@ -60,12 +66,20 @@ class EngineVersion:
     engine: str
     version: str
     repo: str
-    commit: str
+    commit: Optional[str]
     summary: str
     facts: Mapping[str, Fact] = field(repr=False)
+    tag: Optional[str] = None
+    package: Optional[str] = None
 
     def __getitem__(self, name: str) -> Any:
         return self.fact(name).value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of fact ``name``, or ``default`` where this version's file does not state it (a fact read
+        only for newer versions, e.g. SGLang's n-gram breadth flag)."""
+        f = self.facts.get(name)
+        return default if f is None else f.value
 
     def fact(self, name: str) -> Fact:
         try:
@@ -76,7 +90,8 @@ class EngineVersion:
 
     @property
     def short_commit(self) -> str:
-        return self.commit[:12]
+        """``v0.33.0`` for a release, the first 12 hex digits of the commit otherwise."""
+        return self.tag or (self.commit or "")[:12]
 
     @property
     def label(self) -> str:
@@ -107,21 +122,27 @@ def load_engine_file(path: Path) -> EngineVersion:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
         raise EngineFactsError(f"cannot read engine facts {path}: {e}") from None
-    need = {"engine", "version", "repo", "commit", "summary", "facts"}
-    if not isinstance(doc, dict) or set(doc) != need:
-        raise EngineFactsError(f"{path}: expected exactly the keys {sorted(need)}")
+    if not isinstance(doc, dict) or not FILE_KEYS <= set(doc) <= FILE_KEYS | OPTIONAL_FILE_KEYS:
+        raise EngineFactsError(f"{path}: expected the keys {sorted(FILE_KEYS)} and one of commit / tag "
+                               f"(optional: package)")
     engine = doc["engine"]
     if engine not in REQUIRED:
         raise EngineFactsError(f"{path}: unknown engine {engine!r}; expected one of {sorted(REQUIRED)}")
-    commit = str(doc["commit"])
-    if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
-        raise EngineFactsError(f"{path}: commit must be 40 lowercase hex digits, got {commit!r}")
+    commit, tag = doc.get("commit"), doc.get("tag")
+    if commit is None and tag is None:
+        raise EngineFactsError(f"{path}: states neither the commit nor the release tag it was read at")
+    if commit is not None:
+        commit = str(commit)
+        if not 7 <= len(commit) <= 40 or any(c not in "0123456789abcdef" for c in commit):
+            raise EngineFactsError(f"{path}: commit must be 7 to 40 lowercase hex digits, got {commit!r}")
     facts = {name: _fact(path, name, raw) for name, raw in (doc["facts"] or {}).items()}
     missing = [n for n in REQUIRED[engine] if n not in facts]
     if missing:
         raise EngineFactsError(f"{path}: {engine} facts lack {missing}")
     return EngineVersion(engine=engine, version=str(doc["version"]), repo=str(doc["repo"]), commit=commit,
-                         summary=" ".join(str(doc["summary"]).split()), facts=facts)
+                         summary=" ".join(str(doc["summary"]).split()), facts=facts,
+                         tag=None if tag is None else str(tag),
+                         package=None if doc.get("package") is None else str(doc["package"]))
 
 
 def check_version(engine: str, version: str) -> str:
@@ -130,7 +151,8 @@ def check_version(engine: str, version: str) -> str:
     if known is None:
         raise EngineFactsError(f"unknown engine {engine!r}; expected one of {sorted(VERSIONS)}")
     if version not in known:
-        raise EngineFactsError(f"{VERSION_OPTION[engine]} {version!r} is not encoded; known: {', '.join(known)}")
+        raise EngineFactsError(f"{VERSION_OPTION[engine]} {version!r} is not a known {ENGINE_NAMES[engine]} version; "
+                               f"known: {', '.join(known)}")
     return version
 
 

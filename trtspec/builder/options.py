@@ -8,8 +8,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from trtspec.bench.runners import RunConfig
-from trtspec.builder.trtllm_config import DEFAULT_TRTLLM_VERSION, TRTLLM_VERSIONS
-from trtspec.builder.vllm_config import DEFAULT_VLLM_VERSION, VLLM_VERSIONS
+from trtspec.builder.engine_facts import DEFAULT_VERSION, EngineFactsError, check_version
+from trtspec.parallel import DEFAULTS as PARALLEL, HELP as PARALLEL_HELP, Parallelism
 
 DRAFTERS = ("draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram", "sa")
 QUANTS = ("none", "fp8", "nvfp4", "w4a16_nvfp4", "int4_awq", "w4a8_awq", "int8_sq")
@@ -21,9 +21,10 @@ TENSORRT_DRAFTERS = ("draft_model", "eagle3")
 #: (trtspec.onnx.tiers.VERIFY_NODES), and for the serving engines' configs block verification (Sun et al.) or
 #: their per-token rejection sampler (greedy and sample: requests pick greedy or sampled decoding at run time).
 VERIFY_METHODS = ("greedy", "sample", "block")
-#: how the served draft length is chosen: ``static`` (the recipe's per-batch schedule) or ``adaptive`` (chosen
-#: every step from measured step costs and live acceptance: the trtspec runtime's controller, and each serving
-#: engine's own adaptive mode where its version has one).
+#: static: each engine's per-batch draft length (or one setting); adaptive: the engine's own adaptive mode where the
+#: version has one (vLLM enable_adaptive_verification for DSpark, SGLang --speculative-adaptive for EAGLE-3 chains),
+#: and the trtspec runtime's controller in the bundle's Triton model (each step's draft lengths from measured step
+#: costs and live acceptance).
 SPECULATION_MODES = ("static", "adaptive")
 #: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.qdq.QUANT_FORMATS).
 TENSORRT_QUANTS = {"none": "none", "fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4_awq"}
@@ -58,11 +59,18 @@ class BuildOptions(BaseModel):
     calib_samples: PositiveInt = Field(default=32, description="Calibration sequences.")
     calib_seq_len: PositiveInt = Field(default=256, description="Tokens per calibration sequence (truncation).")
     gpu: str = Field(default="h200", description="GPU the recipe is planned for (recipe catalog name).")
-    tp: PositiveInt = Field(default=1, description="Tensor-parallel size.")
+    tp: PositiveInt = Field(default=PARALLEL.tp, description=PARALLEL_HELP["tp"])
+    ep: PositiveInt = Field(default=PARALLEL.ep, description=PARALLEL_HELP["ep"] + " Written as each engine's own "
+                            "setting: TensorRT-LLM moe_expert_parallel_size / moe_tensor_parallel_size, SGLang "
+                            "--ep-size, vLLM enable_expert_parallel (only where --ep equals --tp).")
     max_batch_size: PositiveInt = Field(default=256, description="Largest batch the server runs.")
     max_seq_len: Optional[PositiveInt] = Field(default=None, description="Prompt + output tokens per request "
                                                "(None: min(4096, the target's max_position_embeddings)).")
     recipe: str = Field(default="auto", description="auto (plan now), a recipe YAML file, or a recipe-book name.")
+    calibration: Optional[Path] = Field(default=None, description="For --recipe auto: a deployment calibration "
+                                        "from `trtspec calibrate` (the engine figures fitted to your own measured "
+                                        "points; it must match the target, --gpu, --tp and --quant, and the recipe "
+                                        "is planned for its engine) or a cost_table.json from `trtspec profile`.")
     acceptance: Optional[str] = Field(default=None, description="Acceptance for --recipe auto: a profile JSON, "
                                       "prior:NAME, rates=a1,a2,..., curve=AL1,AL2,... (mean AL at D=1,2,...) or "
                                       "al=A@D; or 'measure': run the pair on the local runtime with the built-in "
@@ -72,11 +80,17 @@ class BuildOptions(BaseModel):
                                                    "prompts of each category of the built-in sample (None: all).")
     measure_new_tokens: PositiveInt = Field(default=RunConfig.max_new_tokens, description="--acceptance measure: "
                                             "tokens generated per turn.")
-    trtllm_version: Literal[tuple(TRTLLM_VERSIONS)] = Field(default=DEFAULT_TRTLLM_VERSION,
-                                                            description="TensorRT-LLM LLM-API version to target "
-                                                            "(facts in trtspec/builder/engines/).")
-    vllm_version: Literal[tuple(VLLM_VERSIONS)] = Field(default=DEFAULT_VLLM_VERSION,
-                                                        description="vLLM version vllm.yaml targets.")
+    trtllm_version: str = Field(default=DEFAULT_VERSION["trtllm"], description="TensorRT-LLM version llm_api.yaml "
+                                "targets (a release such as 1.4.0rc4, or an encoded main-branch read; facts in "
+                                "trtspec/builder/engines/).")
+    vllm_version: str = Field(default=DEFAULT_VERSION["vllm"], description="vLLM version vllm.yaml targets (a "
+                              "release such as 0.33.0, or an encoded main-branch read).")
+    sglang_version: str = Field(default=DEFAULT_VERSION["sglang"], description="SGLang version sglang.args targets.")
+    speculation: Literal[SPECULATION_MODES] = Field(default="static", description="static: the planned per-batch "
+                                                    "draft lengths; adaptive: also each engine's own adaptive mode "
+                                                    "where its version has one (the bundle README says where the "
+                                                    "schedule stays static), and the bundle's Triton model chooses "
+                                                    "each step's draft lengths on the trtspec runtime.")
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Where calibration runs.")
     out: Path = Field(default=Path("trtspec-out/demo"), description="Bundle directory (written atomically).")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Cache of quantized checkpoints.")
@@ -92,15 +106,15 @@ class BuildOptions(BaseModel):
                                             "writes block verification where the engine version has it (vLLM "
                                             "rejection_sample_method: block; n-gram falls back to per-token); greedy "
                                             "and sample keep the engine's per-token rejection sampler.")
-    speculation: Literal[SPECULATION_MODES] = Field(default="static", description="How the served draft length is "
-                                                    "chosen: static (the recipe's draft_len_schedule per batch size) "
-                                                    "or adaptive (every step, from the device's measured step costs "
-                                                    "and each request's live acceptance, up to max_draft_len: the "
-                                                    "trtspec runtime's controller in the Triton repository, and the "
-                                                    "engine's own adaptive mode where its version has one).")
 
     @model_validator(mode="after")
     def _check(self):
+        for engine in ("trtllm", "vllm", "sglang"):
+            try:
+                check_version(engine, getattr(self, f"{engine}_version"))
+            except EngineFactsError as e:
+                raise ValueError(str(e)) from None
+        Parallelism(tp=self.tp, ep=self.ep)
         if self.drafter in DRAFTERS_WITH_DRAFT and self.draft is None and self.target is not None:
             raise ValueError(f"--draft is required for --drafter {self.drafter}")
         if self.drafter not in DRAFTERS_WITH_DRAFT and self.draft is not None:
@@ -116,6 +130,8 @@ class BuildOptions(BaseModel):
                              f"{self.verify} (use --drafter draft_model for sampled or block graphs)")
         if self.backend == "tensorrt" and self.quant not in TENSORRT_QUANTS:
             raise ValueError(f"--backend tensorrt supports --quant {', '.join(TENSORRT_QUANTS)}; got {self.quant}")
+        if self.calibration is not None and self.recipe != "auto":
+            raise ValueError(f"--calibration applies to --recipe auto (planning now), got --recipe {self.recipe}")
         if self.acceptance == "measure" and self.recipe != "auto":
             raise ValueError(f"--acceptance measure plans the recipe from the measurement: it needs --recipe auto, "
                              f"got --recipe {self.recipe}")

@@ -61,9 +61,10 @@ def demo_options(opts: BuildOptions) -> BuildOptions:
 def default_resolver(spec: str, *, draft=None, draft_quant="none", **kw):
     """``trtspec.recipes.api.resolve_recipe`` (imported on use).
 
-    The draft_model planner needs the draft's architecture; while ``resolve_recipe`` has no
-    ``draft_model`` argument, an ``auto`` draft_model recipe is planned through the same module's
-    ``build_request`` / ``plan`` / ``recipe_from_plan``.
+    An ``auto`` recipe that needs more than ``resolve_recipe`` takes is planned through the same module's
+    ``build_request`` / ``plan`` / ``recipe_from_plan``: a draft_model drafter (the planner needs the draft's
+    architecture), a drafter with one possible D (DSpark: its block) or a largest D (DFlash: block_size - 1), and
+    expert parallelism (``ep`` > 1, priced by the planner's MoE model as ``trtspec plan --ep`` prices it).
     """
     import inspect
 
@@ -71,25 +72,24 @@ def default_resolver(spec: str, *, draft=None, draft_quant="none", **kw):
         from trtspec.recipes import api
     except ImportError as e:
         raise RuntimeError(f"the recipe layer (trtspec.recipes.api) is not available: {e}") from None
-    draft_len = kw.pop("draft_len", None)  # a drafter with one possible D (DSpark: its block) plans only that D
-    if draft_len is not None and spec == "auto":
-        req = api.build_request(model=kw["model"], gpu=kw["gpu"], drafters=kw["drafter"], acceptance=kw["acceptance"],
-                                tp=kw["tp"], quant=kw["quant"], context=kw["context"], calibration=kw["calibration"],
-                                max_batch_size=kw["max_batch_size"], max_draft_len=draft_len, draft_len=draft_len)
-        return api.recipe_from_plan(api.plan(req), model_label=Path(kw["model"]).name,
-                                    max_batch_size=kw["max_batch_size"])
+    draft_len = kw.pop("draft_len", None)
+    cap = kw.pop("max_draft_len", None)
+    ep = kw.pop("ep", 1)
+    extra: dict = {}
+    if draft_len is not None:
+        extra.update(max_draft_len=draft_len, draft_len=draft_len)
+    elif cap is not None:
+        extra["max_draft_len"] = cap
     if draft is not None and kw.get("drafter") == "draft_model":
-        if "draft_model" in inspect.signature(api.resolve_recipe).parameters:
+        if "draft_model" in inspect.signature(api.resolve_recipe).parameters and not extra and ep == 1:
             return api.resolve_recipe(spec, draft_model=str(draft), **kw)
-        if spec == "auto":
-            req = api.build_request(model=kw["model"], gpu=kw["gpu"], drafters=kw["drafter"],
-                                    acceptance=kw["acceptance"], tp=kw["tp"], quant=kw["quant"],
-                                    context=kw["context"], calibration=kw["calibration"],
-                                    max_batch_size=kw["max_batch_size"], draft_model=str(draft),
-                                    draft_quant=None if draft_quant == "none" else draft_quant)
-            return api.recipe_from_plan(api.plan(req), model_label=Path(kw["model"]).name,
-                                        max_batch_size=kw["max_batch_size"])
-    return api.resolve_recipe(spec, **kw)
+        extra.update(draft_model=str(draft), draft_quant=None if draft_quant == "none" else draft_quant)
+    if spec != "auto" or (not extra and ep == 1):
+        return api.resolve_recipe(spec, **kw)
+    req = api.build_request(model=kw["model"], gpu=kw["gpu"], drafters=kw["drafter"], acceptance=kw["acceptance"],
+                            tp=kw["tp"], ep=ep, quant=kw["quant"], context=kw["context"],
+                            calibration=kw["calibration"], max_batch_size=kw["max_batch_size"], **extra)
+    return api.recipe_from_plan(api.plan(req), model_label=Path(kw["model"]).name, max_batch_size=kw["max_batch_size"])
 
 
 class _Stages:
@@ -141,9 +141,22 @@ PLANNER_QUANT = {"w4a16_nvfp4": "int4_awq", "int8_sq": "fp8"}
 
 def _recipe_kwargs(opts: BuildOptions) -> dict:
     quant = PLANNER_QUANT.get(opts.quant, opts.quant)
-    return dict(model=str(opts.target), gpu=opts.gpu, tp=opts.tp, quant=quant, drafter=opts.drafter,
+    return dict(model=str(opts.target), gpu=opts.gpu, tp=opts.tp, ep=opts.ep, quant=quant, drafter=opts.drafter,
                 acceptance=opts.acceptance, max_batch_size=opts.max_batch_size, context=opts.max_seq_len,
-                calibration=None, draft=opts.draft, draft_quant=opts.draft_quant)
+                calibration=None if opts.calibration is None else str(opts.calibration), draft=opts.draft,
+                draft_quant=opts.draft_quant)
+
+
+def _calibration_kind(path) -> str:
+    """What a --calibration file is, for the bundle README."""
+    from trtspec.recipes.user_calibration import DeploymentCalibration, read_calibration
+
+    cal = read_calibration(path)
+    if isinstance(cal, DeploymentCalibration):
+        s = cal.setup
+        return (f"trtspec calibrate: {s.engine} figures fitted on {cal.fit.get('points')} points measured on "
+                f"{s.model} / {s.gpu} x{s.tp} / {s.quant} / {s.drafter}")
+    return f"trtspec profile cost table of {cal.device}"
 
 
 def _describe_recipe(recipe) -> str:
@@ -222,6 +235,8 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                 kw["acceptance"] = measured.profile
             if vi.fixed_draft_len:  # DSpark: D is the checkpoint's block size
                 kw["draft_len"] = vi.fixed_draft_len
+            elif vi.draft_len_cap:  # DFlash: D at most block_size - 1, in the planner's schedule too
+                kw["max_draft_len"] = vi.draft_len_cap
             try:
                 recipe = recipe_resolver(opts.recipe, **kw)
             except ValueError as e:
@@ -230,6 +245,9 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                     raise
                 raise hinted from e
             state["recipe"] = recipe
+            if opts.calibration is not None:  # the bundle README says what the recipe was planned with
+                vi.notes.append(f"recipe planned with --calibration {opts.calibration} "
+                                f"({_calibration_kind(opts.calibration)})")
             if int(recipe.max_draft_len) < 1:
                 raise ValueError(f"--recipe {opts.recipe}: speculation pays at no batch size for this model, GPU and "
                                  f"acceptance (max_draft_len {recipe.max_draft_len}); nothing to deploy with "
@@ -349,7 +367,8 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
                 files = ["llm_api.yaml"] + [f for f, k in (("vllm.yaml", "vllm"), ("sglang.args", "sglang"))
                                             if written[k] is not None] + ["recipe.yaml", "README.md"]
                 note = f"; {'; '.join(written['notes'])}" if written["notes"] else ""
-                return f"{', '.join(files)} (validated against TensorRT-LLM {opts.trtllm_version}){note}"
+                return (f"{', '.join(files)} (validated against the facts of TensorRT-LLM {opts.trtllm_version}, vLLM "
+                        f"{opts.vllm_version}, SGLang {opts.sglang_version}){note}")
 
             st.run("emit", s_emit)
 

@@ -7,9 +7,11 @@ version (its ``tensorrt_llm/llmapi/llm_args.py``); everything else is forbidden 
 field of another version fails here instead of at serve time.
 
 Encoded versions: ``trtspec.builder.engine_facts.VERSIONS["trtllm"]``, one facts file each
-(``trtspec/builder/engines/trtllm-<version>.yaml``, every fact with its ``path@commit``). Validate
-with the version's facts in the pydantic context (:func:`validate_llm_api`); without one the
-default version's facts apply. Rules carried over (both versions unless stated):
+(``trtspec/builder/engines/trtllm-<version>.yaml``, every fact with its ``path@commit`` or
+``path@tag``; the default is the release 1.4.0rc4). Validate with the version's facts in the pydantic
+context (:func:`validate_llm_api`); without one the default version's facts apply. The ``engines``
+test tier feeds every bundle case through TensorRT-LLM's own ``llm_args.py`` (``tools/engines/
+check_trtllm.py``). Rules carried over (every version unless stated):
 
 * ``speculative_config.decoding_type`` is the discriminator: ``Draft_Target``, ``Eagle3``, ``MTP``,
   ``NGram``, ``SA``, ``DFlash``, ``DSpark``.
@@ -274,6 +276,8 @@ class LlmApiConfig(_Strict):
     """The whole ``llm_api.yaml``; cross-field rules between the blocks are checked here."""
 
     tensor_parallel_size: PositiveInt = 1
+    moe_expert_parallel_size: Optional[PositiveInt] = None
+    moe_tensor_parallel_size: Optional[PositiveInt] = None
     max_batch_size: PositiveInt
     max_seq_len: PositiveInt
     max_num_tokens: Optional[PositiveInt] = None
@@ -282,7 +286,14 @@ class LlmApiConfig(_Strict):
     speculative_config: Optional[SpeculativeConfig] = None
 
     @model_validator(mode="after")
-    def _cross(self):
+    def _cross(self, info: ValidationInfo):
+        ep, mtp = self.moe_expert_parallel_size, self.moe_tensor_parallel_size
+        if ep is not None or mtp is not None:
+            if not facts_of(info).get("expert_parallel"):
+                raise ValueError(f"{facts_of(info).label} has no moe_expert_parallel_size")
+            if (ep or 1) * (mtp or 1) != self.tensor_parallel_size:
+                raise ValueError(f"moe_expert_parallel_size ({ep}) x moe_tensor_parallel_size ({mtp}) must equal "
+                                 f"tensor_parallel_size ({self.tensor_parallel_size})")
         cg, spec = self.cuda_graph_config, self.speculative_config
         if cg is not None and cg.max_batch_size > self.max_batch_size:
             raise ValueError(f"cuda_graph_config.max_batch_size ({cg.max_batch_size}) exceeds max_batch_size "

@@ -76,7 +76,19 @@ class ValidatedInputs:
     @property
     def drafter_facts(self) -> DrafterFacts:
         """What the config emitters need to know about the draft beyond the recipe."""
-        return DrafterFacts(layer_ids=self.draft_layer_ids, block=self.block_draft, mtp_layers=self.mtp_layers)
+        d = self.draft.config if self.draft is not None else {}
+        return DrafterFacts(layer_ids=self.draft_layer_ids, block=self.block_draft, mtp_layers=self.mtp_layers,
+                            draft_architectures=tuple(d.get("architectures") or ()),
+                            draft_model_type=d.get("model_type"), target_model_type=self.target.config.get("model_type"))
+
+    @property
+    def draft_len_cap(self) -> Optional[int]:
+        """The largest D the drafter can run, where the draft fixes one: a DFlash block holds the last committed
+        token and block_size - 1 drafted ones; a DSpark draft drafts exactly its block (:attr:`fixed_draft_len`)."""
+        if self.block_draft is None or self.block_draft.block_size is None:
+            return None
+        size = int(self.block_draft.block_size)
+        return size - 1 if self.block_draft.drafter == "dflash" else size
 
     @property
     def fixed_draft_len(self) -> Optional[int]:
@@ -245,6 +257,16 @@ def _check_mtp(target: Checkpoint) -> int:
     return int(n)
 
 
+def _check_model_type(draft: Checkpoint) -> None:
+    """vLLM builds every draft's config through transformers' config loader (engine fact ``draft_config_loader``),
+    which refuses a config.json without ``model_type``; a bundle vLLM refuses is never written."""
+    if not draft.config.get("model_type"):
+        arch = (draft.config.get("architectures") or ["?"])[0]
+        raise BuildInputError(f"--draft {draft.path}: config.json has no 'model_type' (architectures {arch}); vLLM "
+                              "reads every draft through transformers' config loader, which refuses it: set "
+                              "model_type to the draft's model family (e.g. \"llama\" for a Llama-layout draft)")
+
+
 def _check_block_draft(target: Checkpoint, draft: Checkpoint, drafter: str,
                        trtllm_version: Optional[str] = None) -> tuple[list[int], BlockDraftConfig]:
     """Read a DFlash / DSpark draft's settings where TensorRT-LLM reads them; refuse a config.json that states one
@@ -263,8 +285,11 @@ def _check_block_draft(target: Checkpoint, draft: Checkpoint, drafter: str,
             raise BuildInputError(f"--draft {draft.path}: dspark draft config states no block size "
                                   f"({' / '.join(spellings(drafter)['block_size'])}); a DSpark draft drafts exactly "
                                   "the block it was trained for, so D cannot be chosen without it")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise BuildInputError(f"--draft {draft.path}: dspark block size must be a positive integer, got {size!r}")
+    size = block.block_size
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < (1 if drafter == "dspark"
+                                                                                             else 2)):
+        raise BuildInputError(f"--draft {draft.path}: {drafter} block size must be an integer >= "
+                              f"{1 if drafter == 'dspark' else 2}, got {size!r}")
     return _layer_ids(ids, target, f"{drafter} target_layer_ids"), block
 
 
@@ -312,9 +337,26 @@ def check_disk(opts: BuildOptions, need: int) -> None:
                               f"{free / 2**30:.2f} GiB")
 
 
+#: config.json keys that state a MoE target's routed experts (Mixtral / Qwen-MoE / DeepSeek layouts).
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def _check_experts(target: Checkpoint, ep: int) -> None:
+    """``--ep`` > 1 needs routed experts to spread (vLLM refuses expert parallelism on a dense model: "Number of
+    experts in the model must be greater than 0 when expert parallelism is enabled")."""
+    n = next((target.config[k] for k in EXPERT_KEYS if target.config.get(k)), None)
+    if n is None:
+        raise BuildInputError(f"--ep {ep}: the target has no MoE experts (its config.json states none of "
+                              f"{', '.join(EXPERT_KEYS)}); expert parallelism needs a MoE target, use --ep 1")
+    if int(n) % ep:
+        raise BuildInputError(f"--ep {ep}: the target's {n} routed experts do not split evenly over {ep} GPUs")
+
+
 def validate(opts: BuildOptions) -> ValidatedInputs:
     """Run every check of stage 1; raise :class:`BuildInputError` on the first failure."""
     target = load_checkpoint(opts.target, "--target")
+    if opts.ep > 1:
+        _check_experts(target, opts.ep)
     if opts.tp > 1 and (target.config.get("num_attention_heads") or 1) % opts.tp:
         raise BuildInputError(f"--tp {opts.tp}: the target's {target.config.get('num_attention_heads')} attention "
                               "heads do not split evenly")
@@ -332,6 +374,7 @@ def validate(opts: BuildOptions) -> ValidatedInputs:
         if opts.draft is None:
             raise BuildInputError(f"--draft is required for --drafter {opts.drafter}")
         draft = load_checkpoint(opts.draft, "--draft", needs_architectures=opts.drafter == "draft_model")
+        _check_model_type(draft)
         vi.draft = draft
     if opts.drafter == "draft_model":
         _check_tokenizers(target, draft)

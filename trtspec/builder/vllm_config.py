@@ -10,8 +10,11 @@ without one the default version's facts apply.
 length), ``model`` (the draft, for the methods that need one), ``prompt_lookup_max``/``prompt_lookup_min``
 (``ngram``), ``num_speculative_tokens_per_batch_size`` (where the version has it: a list of inclusive
 ``[lo, hi, k]`` batch ranges, contiguous from 1, ``k <= num_speculative_tokens``; vLLM keeps the last ``k`` for
-batches above the last range, so trtspec covers 1..max_num_seqs and writes zeros explicitly) and
-``rejection_sample_method`` (``standard`` | ``synthetic`` | ``block``, where the version has it).
+batches above the last range, so trtspec covers 1..max_num_seqs and writes zeros explicitly; refused where the
+version would drop it: a method that runs on Model Runner V1 without per-batch support, or data parallelism),
+``rejection_sample_method`` (``standard`` | ``synthetic`` | ``block``, where the version has it; block not on a
+V1-runner method) and ``enable_adaptive_verification`` (the version's adaptive methods). Top level:
+``tensor_parallel_size``, ``data_parallel_size`` and ``enable_expert_parallel`` (where the version has them).
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ class VllmSpeculativeConfig(_Strict):
     prompt_lookup_min: Optional[PositiveInt] = None
     num_speculative_tokens_per_batch_size: Optional[list[tuple[PositiveInt, PositiveInt, NonNegativeInt]]] = None
     rejection_sample_method: Optional[Literal["standard", "synthetic", "block"]] = None
+    enable_adaptive_verification: Optional[bool] = None
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo):
@@ -73,12 +77,23 @@ class VllmSpeculativeConfig(_Strict):
                 and self.rejection_sample_method not in facts["rejection_sample_methods"]:
             raise ValueError(f"speculative_config.rejection_sample_method {self.rejection_sample_method!r} does not "
                              f"exist in {facts.label} (has: {facts['rejection_sample_methods']})")
+        on_v1 = self.method in facts.get("v1_runner_methods", [])
+        if self.rejection_sample_method == "block" and on_v1:
+            raise ValueError(f"{facts.label} runs {self.method} on Model Runner V1, which has no block verification")
         ranges = self.num_speculative_tokens_per_batch_size
         if ranges is not None:
             if facts["per_batch_field"] != "num_speculative_tokens_per_batch_size":
                 raise ValueError(f"speculative_config.num_speculative_tokens_per_batch_size does not exist in "
                                  f"{facts.label} (no per-batch draft length)")
+            if on_v1 and self.method not in facts.get("per_batch_v1_methods", [self.method]):
+                raise ValueError(f"{facts.label} runs {self.method} on Model Runner V1 and drops "
+                                 "num_speculative_tokens_per_batch_size there (static num_speculative_tokens)")
             self._check_ranges(ranges)
+        if self.enable_adaptive_verification is not None:
+            ad = facts.get("adaptive")
+            if not ad or self.method not in ad["methods"]:
+                raise ValueError(f"speculative_config.enable_adaptive_verification: {facts.label} adapts "
+                                 f"{ad['methods'] if ad else 'no method'}, not {self.method}")
         return self
 
     def _check_ranges(self, ranges) -> None:
@@ -102,10 +117,24 @@ class VllmConfig(_Strict):
 
     model: str
     tensor_parallel_size: PositiveInt = 1
+    data_parallel_size: Optional[PositiveInt] = None
+    enable_expert_parallel: Optional[bool] = None
     max_num_seqs: PositiveInt
     max_model_len: PositiveInt
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     speculative_config: Optional[VllmSpeculativeConfig] = None
+
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo):
+        facts = facts_of(info)
+        unknown = [k for k in dotted_keys(self.model_dump(exclude_none=True)) if k not in facts["keys"]]
+        if unknown:
+            raise ValueError(f"{facts.label} has no key {', '.join(unknown)}")
+        spec = self.speculative_config
+        if spec is not None and spec.num_speculative_tokens_per_batch_size and (self.data_parallel_size or 1) > 1 \
+                and facts.get("per_batch_dropped_with_data_parallel"):
+            raise ValueError(f"{facts.label} drops num_speculative_tokens_per_batch_size with data_parallel_size > 1")
+        return self
 
 
 def validate_vllm(data: dict, version: str = DEFAULT_VLLM_VERSION) -> VllmConfig:

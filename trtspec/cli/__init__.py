@@ -16,6 +16,7 @@ from trtspec import __version__
 # command name -> "module:attribute" of its click command, in the order ``--help`` shows them.
 COMMANDS: dict[str, str] = {
     "plan": "trtspec.cli.plan:plan",
+    "calibrate": "trtspec.cli.calibrate:calibrate",
     "recipes": "trtspec.cli.recipes:recipes",
     "build": "trtspec.cli.build:build",
     "generate": "trtspec.cli.generate:generate",

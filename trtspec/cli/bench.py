@@ -178,6 +178,8 @@ def bench(target, draft, drafter, draft_len, verify, speculation, cost_table, de
             "dataset": cfg.dataset,
             "config": cfg.config, "prompts": len(prompts), "max_new_tokens": run_cfg.max_new_tokens,
             "temperature": run_cfg.temperature, "concurrency": run_cfg.concurrency, "ci": cfg.ci}
+    if server and run.category_deltas:  # the engine whose metrics answered (trtspec calibrate reads it)
+        meta["engine"] = next(iter(run.category_deltas.values())).engine
     comparison = None
     if local:
         meta["target_quant"] = runner.pipeline.target.quant.to_dict() if runner.pipeline.target.quant else None

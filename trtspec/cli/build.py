@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
+from trtspec.builder.engine_facts import VERSIONS
 from trtspec.builder.options import (BACKENDS, DRAFTERS, KV_QUANTS, QUANTS, SPECULATION_MODES, VERIFY_METHODS,
                                      BuildOptions, help_of)
-from trtspec.builder.trtllm_config import TRTLLM_VERSIONS
-from trtspec.builder.vllm_config import VLLM_VERSIONS
+from trtspec.cli.parallel import parallel_options
 
 _D = BuildOptions.model_fields
 
@@ -31,22 +31,26 @@ def _default(name):
 @click.option("--calib-samples", type=int, default=_default("calib_samples"), help=help_of("calib_samples"))
 @click.option("--calib-seq-len", type=int, default=_default("calib_seq_len"), help=help_of("calib_seq_len"))
 @click.option("--gpu", default=_default("gpu"), help=help_of("gpu"))
-@click.option("--tp", type=int, default=_default("tp"), help=help_of("tp"))
+@parallel_options
 @click.option("--max-batch-size", type=int, default=_default("max_batch_size"), help=help_of("max_batch_size"))
 @click.option("--max-seq-len", type=int, default=_default("max_seq_len"), help=help_of("max_seq_len"))
 @click.option("--recipe", default=_default("recipe"), help=help_of("recipe"))
 @click.option("--acceptance", default=None, help=help_of("acceptance"))
+@click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help=help_of("calibration"))
 @click.option("--measure-prompts", type=int, default=None, help=help_of("measure_prompts"))
 @click.option("--measure-new-tokens", type=int, default=_default("measure_new_tokens"),
               help=help_of("measure_new_tokens"))
-@click.option("--trtllm-version", type=click.Choice(sorted(TRTLLM_VERSIONS)), default=_default("trtllm_version"),
-              help=help_of("trtllm_version"))
-@click.option("--vllm-version", type=click.Choice(VLLM_VERSIONS), default=_default("vllm_version"),
-              help=help_of("vllm_version"))
-@click.option("--backend", type=click.Choice(BACKENDS), default=_default("backend"), help=help_of("backend"))
-@click.option("--verify", type=click.Choice(VERIFY_METHODS), default=_default("verify"), help=help_of("verify"))
+@click.option("--trtllm-version", default=_default("trtllm_version"),
+              help=help_of("trtllm_version") + f" Known: {', '.join(VERSIONS['trtllm'])}.")
+@click.option("--vllm-version", default=_default("vllm_version"),
+              help=help_of("vllm_version") + f" Known: {', '.join(VERSIONS['vllm'])}.")
+@click.option("--sglang-version", default=_default("sglang_version"),
+              help=help_of("sglang_version") + f" Known: {', '.join(VERSIONS['sglang'])}.")
 @click.option("--speculation", type=click.Choice(SPECULATION_MODES), default=_default("speculation"),
               help=help_of("speculation"))
+@click.option("--backend", type=click.Choice(BACKENDS), default=_default("backend"), help=help_of("backend"))
+@click.option("--verify", type=click.Choice(VERIFY_METHODS), default=_default("verify"), help=help_of("verify"))
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=_default("device"), help=help_of("device"))
 @click.option("--out", type=click.Path(path_type=Path), default=_default("out"), help=help_of("out"))
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help=help_of("cache_dir"))
@@ -55,9 +59,10 @@ def _default(name):
 @click.option("--smoke-test", is_flag=True, help="Load the bundle with tensorrt_llm.LLM and generate a few tokens "
               "(needs TensorRT-LLM and a GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (plan or manifest) as JSON on stdout.")
-def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, calib_samples, calib_seq_len, gpu, tp,
-          max_batch_size, max_seq_len, recipe, acceptance, measure_prompts, measure_new_tokens, trtllm_version,
-          vllm_version, backend, verify, speculation, device, out, cache_dir, no_cache, dry_run, smoke_test, as_json):
+def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, calib_samples, calib_seq_len, gpu, tp, ep,
+          max_batch_size, max_seq_len, recipe, acceptance, calibration, measure_prompts, measure_new_tokens,
+          trtllm_version, vllm_version, sglang_version, speculation, backend, verify, device, out, cache_dir, no_cache,
+          dry_run, smoke_test, as_json):
     """Validate the pair, resolve the recipe, quantize with Model-Optimizer, export unified HF
     checkpoints and write llm_api.yaml / vllm.yaml / sglang.args / recipe.yaml / manifest.json /
     README.md into --out, atomically. With no arguments: the demo pair for an H200."""
@@ -71,10 +76,12 @@ def build(target, draft, drafter, quant, draft_quant, kv_cache_quant, calib, cal
     console = Console(stderr=True)
     fields = dict(target=target, draft=draft, drafter=drafter, quant=quant, draft_quant=draft_quant,
                   kv_cache_quant=kv_cache_quant, calib=calib, calib_samples=calib_samples,
-                  calib_seq_len=calib_seq_len, gpu=gpu, tp=tp, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
-                  recipe=recipe, acceptance=acceptance, measure_prompts=measure_prompts,
+                  calib_seq_len=calib_seq_len, gpu=gpu, tp=tp, ep=ep, max_batch_size=max_batch_size,
+                  max_seq_len=max_seq_len, recipe=recipe, acceptance=acceptance, calibration=calibration,
+                  measure_prompts=measure_prompts,
                   measure_new_tokens=measure_new_tokens, trtllm_version=trtllm_version, vllm_version=vllm_version,
-                  backend=backend, verify=verify, speculation=speculation, device=device,
+                  sglang_version=sglang_version, speculation=speculation, backend=backend, verify=verify,
+                  device=device,
                   out=out,
                   use_cache=not no_cache)
     if cache_dir is not None:

@@ -6,12 +6,13 @@ import sys
 
 import click
 
+from trtspec.cli.parallel import parallel_options
 from trtspec.recipes.engines import ENGINES
 from trtspec.recipes.optimizer import OBJECTIVES, PlanRequest
 from trtspec.recipes.pricing import PRICINGS
 
 _DEF = {f: PlanRequest.__dataclass_fields__[f].default
-        for f in ("tp", "quant", "context", "max_draft_len", "objective", "engine", "pricing", "ep")}
+        for f in ("quant", "context", "max_draft_len", "objective", "engine", "pricing")}
 
 
 def _batches(text):
@@ -61,6 +62,35 @@ def priced_by(recipe) -> str:
     return "\n".join(lines)
 
 
+def speedup_cell(row) -> str:
+    """``1.45x (1.21-1.70)``: the predicted speedup and its interval; ``?`` marks an uncertain row."""
+    text = f"{row['speedup']:.2f}x"
+    iv = row.get("interval") or ()
+    if len(iv) == 2 and row.get("draft_len", 0) > 0:
+        text += f" ({iv[0]:.2f}-{iv[1]:.2f})"
+    if row.get("uncertain"):
+        text += " ?"
+    return text + ("" if row.get("fits_memory", True) else " (OOM)")
+
+
+def uncertainty_notes(recipe) -> list[str]:
+    """What the intervals mean, where they come from, and how to settle the uncertain rows (once per table)."""
+    from trtspec.recipes.intervals import load_intervals
+
+    table = load_intervals()
+    lines = [f"intervals (speedup column): {table.describe()} ({table.path}); widened by the published spread of "
+             "the drafter's acceptance where the acceptance is a prior"]
+    prior = {k: v.get("source", "") for k, v in (recipe.acceptance or {}).items()
+             if str(v.get("name", "")).startswith("prior:")}
+    for kind, src in prior.items():
+        lines.append(f"acceptance ({kind}): {src[:400]}")
+    unsure = [r for r in recipe.rows if r.get("uncertain")]
+    if unsure:
+        lines.append(f"? uncertain at batch {', '.join(str(r['batch']) for r in unsure)}: the interval straddles 1, "
+                     f"so the model cannot say whether speculation wins there; settle it: {unsure[0]['settle']}")
+    return lines
+
+
 def render_table(recipe, console=None, title=None):
     from rich.console import Console
     from rich.table import Table
@@ -75,8 +105,10 @@ def render_table(recipe, console=None, title=None):
         d = str(r["draft_len"]) + (f" (sched {r['schedule_draft_len']})" if "schedule_draft_len" in r else "")
         t.add_row(str(r["batch"]), r["drafter"], d, str(r["num_nodes"]), f"{r['expected_al']:.2f}",
                   f"{r['draft_ms']:.3f}", f"{r['verify_ms']:.3f}", f"{r['step_ms']:.3f}", f"{r['tokens_per_s']:.0f}",
-                  f"{r.get('latency_ms_per_token', 0.0):.2f}", f"{r['speedup']:.2f}x" + ("" if r.get("fits_memory", True) else " (OOM)"), r["binding_rule"])
+                  f"{r.get('latency_ms_per_token', 0.0):.2f}", speedup_cell(r), r["binding_rule"])
     console.print(t)
+    for line in uncertainty_notes(recipe):
+        console.print(line, markup=False)
     console.print("priced by (op class: source):\n" + priced_by(recipe), markup=False)
     cm = recipe.provenance.get("cost_model")
     if isinstance(cm, dict):
@@ -84,7 +116,10 @@ def render_table(recipe, console=None, title=None):
         console.print(f"engine {cm.get('engine')}: fixed costs from {cm.get('engine_overheads')}; verification "
                       f"attention at 1+D query rows = packed + {split:.2f} x (split - packed), packed = the measured "
                       "one-row kernel x ceil(G*(1+D)/128), split = the one-row kernel at B*(1+D) requests "
-                      "(verify_split fitted on the corpus's train split; trtspec.recipes.pricing)", markup=False)
+                      + (f"(verify_split and fixed costs from the deployment calibration {cm['calibration']}; kernels x "
+                         f"{cm.get('kernel_scale', 1.0):.3f})" if cm.get("calibration") else
+                         "(verify_split fitted on the corpus: benchmarks/bench_fidelity.py --fit; "
+                         "trtspec.recipes.pricing)"), markup=False)
     console.print(f"TensorRT-LLM speculative_config: {recipe.trtllm_speculative_config()}")
     console.print(f"vLLM num_speculative_tokens_per_batch_size: {recipe.vllm_schedule}")
     console.print(f"SGLang: {recipe.sglang}")
@@ -120,7 +155,7 @@ def save_plot(plan_obj, recipe, path):
 @click.command("plan")
 @click.option("--model", required=True, help="Built-in model name (e.g. llama-3.1-70b), HF model dir or config file.")
 @click.option("--gpu", required=True, help="GPU from recipes/gpus (h200, b200, h100, ...).")
-@click.option("--tp", type=int, default=_DEF["tp"], show_default=True, help="Tensor-parallel GPUs.")
+@parallel_options
 @click.option("--quant", default=_DEF["quant"], show_default=True,
               help="Weight quantization: none|fp8|fp4|int4_awq|w4a8_awq (optionally ':attn=bf16').")
 @click.option("--drafter", required=True, help="draft_model|eagle3|mtp|dflash|dspark|ngram|sa; a comma list "
@@ -128,8 +163,9 @@ def save_plot(plan_obj, recipe, path):
 @click.option("--draft-model", default=None, help="Draft model (name|dir) for --drafter draft_model.")
 @click.option("--draft-quant", default=None, help="Quantization of the drafter's weights (default: --quant).")
 @click.option("--acceptance", multiple=True, help="FILE | prior:NAME | rates=a1,... | curve=AL1,AL2,... | al=A@D, for all drafters "
-              "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter; "
-              "none -> error).")
+              "or as DRAFTER=SPEC (repeatable) per drafter (default: the prior that lists this model and drafter, "
+              "else the closest published prior for the drafter by model family and size, named in the output, "
+              "its interval widened by the published spread of acceptance; none for the drafter -> error).")
 @click.option("--category", default=None, help="Use the acceptance profile's per-category rates (e.g. coding, math).")
 @click.option("--batch", "batch", default=None, help="Comma-separated batch sizes (default 1,2,4,... up to "
                                                      "--max-batch-size).")
@@ -139,20 +175,21 @@ def save_plot(plan_obj, recipe, path):
               help="KV-cache length in tokens, or a comma list of context buckets (e.g. 1k,8k,32k; k = 1024): one "
                    "table per bucket. TensorRT-LLM's draft_len_schedule has only a batch axis: use the bucket of "
                    "the engine's --max-seq-len.")
-@click.option("--engine", type=click.Choice(ENGINES), default=_DEF["engine"], show_default=True,
-              help="Serving engine whose measured kernels and per-step costs price the steps (recipes/engines).")
+@click.option("--engine", type=click.Choice(ENGINES), default=None,
+              help="Serving engine whose measured kernels and per-step costs price the steps (recipes/engines) "
+                   f"[default: a --calibration's engine, else {_DEF['engine']}].")
 @click.option("--pricing", type=click.Choice(PRICINGS), default=_DEF["pricing"], show_default=True,
               help="perf-db: measured kernel data (aiconfigurator-core) where it exists, roofline elsewhere; "
                    "roofline: the analytic model alone.")
-@click.option("--ep", type=int, default=_DEF["ep"], show_default=True,
-              help="Expert-parallel GPUs of the MoE layers (divides --tp).")
 @click.option("--max-draft-len", type=int, default=_DEF["max_draft_len"], show_default=True, help="Largest D searched.")
 @click.option("--draft-len", type=int, default=None, help="Evaluate this fixed D instead of optimizing (what-if).")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=_DEF["objective"], show_default=True,
               help="throughput: max aggregate tok/s (smallest D within 0.1%); latency: min mean per-user ms/token "
                    "over the acceptance profile's categories (any gain counts).")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="cost_table.json from `trtspec profile` (replaces analytic step times).")
+              help="cost_table.json from `trtspec profile` (replaces the step times), or a deployment calibration "
+                   "from `trtspec calibrate` (engine figures fitted to your own measured points; refused for another "
+                   "model, GPU, engine, TP, EP, quant or drafter); the file's 'format' key says which.")
 @click.option("--json", "as_json", is_flag=True, help="Print the recipe as JSON.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="PNG: speedup vs D per batch.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the recipe YAML here.")

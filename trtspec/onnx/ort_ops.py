@@ -223,6 +223,10 @@ def session(path: str, threads: int = 0):
 
     opts = ort.SessionOptions()
     opts.register_custom_ops_library(library_path())
+    # Keep Q/DQ pairs as the graph states them (quantize, dequantize, float maths): onnxruntime's QDQ fusion runs
+    # int8 GEMMs whose u8s8 path saturates 16-bit partial sums on x86 CPUs without VNNI (AVX2 only), which moved
+    # logits by 4e-2 on such a machine; the graphs are references for what TensorRT computes, not a CPU speed path.
+    opts.add_session_config_entry("session.disable_quant_qdq", "1")
     if threads:
         opts.intra_op_num_threads = threads
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

@@ -12,7 +12,11 @@ Modules (data flows down this list):
 * ``pricing`` -- refines the roofline op class by op class from ``perfdb``, the rules for unmeasured shapes;
 * ``calibration`` -- measured cost tables (``trtspec profile``) that replace the step times on a device;
 * ``fidelity`` -- predictions against the published corpus (``measurements``) in its scoring modes;
-  ``fidelity_fit`` -- the engines' figures fitted on its train split;
+  ``fidelity_fit`` -- the engines' figures fitted on it; ``validation`` -- leave-one-source-out predictions,
+  intervals, regret; ``aic_step`` -- aiconfigurator-core's own whole decode step, the baseline's comparison;
+* ``intervals`` -- the shipped intervals of predicted speedups (``recipes/validation/intervals.yaml``);
+  ``priors`` -- the closest published acceptance prior for a model nobody measured;
+  ``jumps`` -- the named rule of a speedup that jumps between neighbouring batch sizes;
 * ``optimizer`` -- per-batch argmax over drafter, D and tree (guideline 5);
 * ``recipe`` / ``book`` -- engine schedules (TensorRT-LLM, vLLM, SGLang), YAML recipes, the stored book;
 * ``api`` -- ``resolve_recipe(...) -> Recipe`` for the builder, ``build_request`` for the CLI.

@@ -461,7 +461,7 @@ def from_hf_config(cfg: dict, name: str | None = None, source: str = "") -> Arch
         linear=_linear_spec(cfg, name, hidden) if "linear" in mixers else None,
         mamba=_mamba_spec(cfg, name, hidden) if "mamba2" in mixers else None,
         mtp_layers=mtp, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        attn_output_gate=_output_gate(cfg), source=source,
+        attn_output_gate=_output_gate(cfg), source=source, extra={"model_type": str(cfg.get("model_type") or "")},
     )
 
 

@@ -22,8 +22,12 @@ and one kernel figure no table holds (section ``verification``):
   kernel without query packing or an L2 that cannot hold the request's KV does). A fraction in [0, 1]
   (``trtspec.recipes.pricing`` blends the two measured prices linearly).
 
+One figure is never in an engine file: ``kernel_scale`` (default 1), a factor on every kernel-priced part of a step
+(everything but these fixed costs), which only a deployment calibration (``trtspec calibrate``,
+``trtspec.recipes.user_calibration``) sets: its kernels may run slower or faster than the measured tables.
+
 Each figure is ``{value: x, justification: "..."}``; a fitted figure's justification says what it was fitted on
-(the corpus's ``split: train`` cases, ``benchmarks/bench_fidelity.py --fit``). ``perf_db`` names the
+(the corpus, ``benchmarks/bench_fidelity.py --fit``). ``perf_db`` names the
 aiconfigurator-core data version that prices this engine's kernels (``default``, and ``overrides`` per system).
 """
 from __future__ import annotations
@@ -42,6 +46,7 @@ PARAMS = ("step_us", "spec_step_us", "spec_layer_us", "spec_request_us", "draft_
           "lookup_per_token_us")
 _ATTRS = ("step", "spec_step", "spec_layer", "spec_request", "draft_forward", "lookup", "lookup_per_token")
 SPLIT = "verify_split"
+SCALE = "kernel_scale"
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class EngineProfile:
     lookup: float
     lookup_per_token: float
     verify_split: float = 0.0
+    kernel_scale: float = 1.0
     justifications: dict = field(default_factory=dict, compare=False)
     path: str = ""
 
@@ -72,6 +78,8 @@ class EngineProfile:
         if not 0.0 <= self.verify_split <= 1.0:
             raise CatalogError(f"engine {self.name!r}: verification.{SPLIT} must be a fraction in [0, 1], got "
                                f"{self.verify_split!r}")
+        if not self.kernel_scale > 0:
+            raise CatalogError(f"engine {self.name!r}: {SCALE} must be > 0, got {self.kernel_scale!r}")
 
     def perf_db_version_for(self, system: str) -> str:
         """The aiconfigurator-core data version for ``system`` (an override, else the default)."""
@@ -82,14 +90,15 @@ class EngineProfile:
         return {key: getattr(self, attr) * 1e6 for key, attr in zip(PARAMS, _ATTRS)}
 
     def with_params(self, **params) -> "EngineProfile":
-        """A copy with some figures replaced (overheads in microseconds, keys of ``PARAMS``, and ``verify_split``);
-        used by the fit."""
-        unknown = set(params) - set(PARAMS) - {SPLIT}
+        """A copy with some figures replaced (overheads in microseconds, keys of ``PARAMS``, ``verify_split`` and
+        ``kernel_scale``); used by the fits."""
+        unknown = set(params) - set(PARAMS) - {SPLIT, SCALE}
         if unknown:
-            raise RecipeError(f"unknown engine parameters {sorted(unknown)}; expected {PARAMS + (SPLIT,)}")
-        cur = {**self.params_us(), **{k: v for k, v in params.items() if k != SPLIT}}
+            raise RecipeError(f"unknown engine parameters {sorted(unknown)}; expected {PARAMS + (SPLIT, SCALE)}")
+        cur = {**self.params_us(), **{k: v for k, v in params.items() if k not in (SPLIT, SCALE)}}
         return EngineProfile(self.name, self.display_name, self.perf_db_version, self.perf_db_overrides,
                              *(cur[k] * 1e-6 for k in PARAMS), verify_split=float(params.get(SPLIT, self.verify_split)),
+                             kernel_scale=float(params.get(SCALE, self.kernel_scale)),
                              justifications=self.justifications, path=self.path)
 
 
@@ -140,6 +149,9 @@ def save_engine_file(profile: EngineProfile, path: str | Path, justifications: d
     """Write ``profile`` as an engine YAML (temp file + rename); ``justifications`` replace the current ones per
     parameter (e.g. a fit's provenance)."""
     path = Path(path)
+    if profile.kernel_scale != 1.0:
+        raise RecipeError(f"engine {profile.name!r}: {SCALE} {profile.kernel_scale} is a deployment calibration's "
+                          "figure (trtspec calibrate); an engine file holds none")
     why = {**profile.justifications, **(justifications or {})}
     missing = [k for k in PARAMS + (SPLIT,) if not str(why.get(k) or "").strip()]
     if missing:
@@ -148,7 +160,8 @@ def save_engine_file(profile: EngineProfile, path: str | Path, justifications: d
     overrides = ", ".join(f"{k}: {v}" for k, v in sorted(profile.perf_db_overrides.items()))
     lines = [f"# {profile.display_name}: per-step costs that kernel tables do not hold (trtspec.recipes.engines). "
              "Units: microseconds; verification: a fraction.",
-             "# Fitted figures are rewritten by `python benchmarks/bench_fidelity.py --fit` (train split only).",
+             "# Fitted figures are rewritten by `python benchmarks/bench_fidelity.py --fit` (every source of the corpus; "
+             "its leave-one-source-out table says how they transfer).",
              f"name: {profile.name}", f"display_name: {profile.display_name}", "perf_db:",
              f'  version: "{profile.perf_db_version}"', f"  overrides: {{{overrides}}}",
              f"  source: {_quote(PERF_DB_SOURCE.format(engine=profile.name))}", "overheads:"]

@@ -37,7 +37,8 @@ The published configuration maps to a plan as follows:
   MT-bench-like chat turns);
 * concurrency is taken as the batch (every client in flight).
 
-The engines' fixed costs are fitted on the ``split: train`` figures only (``trtspec.recipes.fidelity_fit``).
+The engines' fixed costs are fitted on these figures (``trtspec.recipes.fidelity_fit``); how they transfer to a
+source they were not fitted on is measured leave-one-source-out (``trtspec.recipes.validation``).
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from trtspec.recipes.costmodel import Precision, StepCost, cache_bytes, forward_
 from trtspec.recipes.drafters import DrafterSpec
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
-from trtspec.recipes.engines import ENGINES
+from trtspec.recipes.engines import ENGINES, EngineProfile
 from trtspec.recipes.pricing import PRICINGS, make_pricer
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -54,7 +54,9 @@ class PlanRequest:
     ``engine`` (trtllm | vllm | sglang, default trtllm): whose measured kernels and per-step costs price the steps
     (``trtspec.recipes.pricing``); ``pricing``: ``perf-db`` (default: measured kernel data where it exists, the
     roofline elsewhere, the engine's fixed costs) or ``roofline`` (the analytic model alone, GPU-file fixed costs);
-    ``ep``: expert-parallel GPUs of the MoE layers (divides ``tp``; measured MoE pricing only)."""
+    ``ep``: expert-parallel GPUs of the MoE layers (divides ``tp``; measured MoE pricing only); ``engine_profile``:
+    an ``EngineProfile`` of ``engine`` replacing its file ``recipes/engines/<engine>.yaml`` (a deployment
+    calibration's fitted figures, ``trtspec.recipes.user_calibration``; ``pricing='perf-db'`` only)."""
 
     model: Architecture
     gpu: GPU
@@ -74,6 +76,7 @@ class PlanRequest:
     engine: str = "trtllm"
     pricing: str = "perf-db"
     ep: int = 1
+    engine_profile: EngineProfile | None = None
 
     def __post_init__(self):
         if not self.drafters:
@@ -100,6 +103,10 @@ class PlanRequest:
             raise RecipeError(f"--pricing must be one of {PRICINGS}, got {self.pricing!r}")
         if self.ep < 1 or self.tp % self.ep:
             raise RecipeError(f"--ep must be >= 1 and divide --tp {self.tp}, got {self.ep}")
+        if self.engine_profile is not None and (self.engine_profile.name != self.engine or self.pricing != "perf-db"
+                                                or self.calibration is not None):
+            raise RecipeError(f"engine_profile {self.engine_profile.name!r} prices --engine {self.engine} with "
+                              f"--pricing perf-db and no cost table only")
         if self.gpu.requires_calibration and self.calibration is None:
             raise RecipeError(f"gpu {self.gpu.name!r} has no datasheet figures; pass --calibration cost_table.json")
         Precision.of(self.quant)
@@ -150,6 +157,9 @@ class Row:
     breakdown_ms: dict = field(default_factory=dict)
     latency_ms_per_token: float = 0.0  # mean per-user TPOT over the workload mix (what --objective latency minimizes)
     sources: dict = field(default_factory=dict)  # op class -> what priced it (verify and draft steps)
+    interval: tuple = ()  # (low, high) of the speedup its validation supports (trtspec.recipes.intervals)
+    uncertain: bool = False  # the interval (of the best D >= 1 on a D = 0 row) straddles 1
+    settle: str = ""  # on an uncertain row: the measurement that settles it
 
     def to_dict(self) -> dict:
         out = {}
@@ -158,6 +168,8 @@ class Row:
                 v = round(v, 5)
             elif isinstance(v, dict):
                 v = {a: round(b, 5) if isinstance(b, float) else b for a, b in v.items()}
+            elif isinstance(v, tuple):
+                v = [round(x, 4) for x in v]
             out[k] = v
         return out
 
@@ -176,7 +188,17 @@ def request_pricer(req: PlanRequest):
     """The request's ``Pricer`` (None: a measured cost table prices the steps, or ``pricing='roofline'``)."""
     if req.calibration is not None:
         return None
-    return make_pricer(req.gpu, req.engine, req.pricing)
+    return make_pricer(req.gpu, req.engine, req.pricing, profile=req.engine_profile)
+
+
+def _kernels_scaled(cost: StepCost, pricer) -> StepCost:
+    """``cost`` with every class but the engine's fixed costs times the engine profile's ``kernel_scale``."""
+    scale = pricer.engine.kernel_scale if pricer is not None else 1.0
+    if scale != 1.0:
+        for k, v in cost.as_dict().items():
+            if k != "engine":
+                setattr(cost, k, v * scale)
+    return cost
 
 
 class _Evaluator:
@@ -208,9 +230,9 @@ class _Evaluator:
             if r.calibration is not None:
                 self._verify[tokens] = StepCost(linear=r.calibration.target_time(self.batch, tokens))
             else:
-                self._verify[tokens] = forward_cost(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch,
-                                                    tokens=tokens, context=r.context, pricer=self.pricer, ep=r.ep,
-                                                    blocks=self.blocks)
+                self._verify[tokens] = _kernels_scaled(forward_cost(
+                    r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch, tokens=tokens, context=r.context,
+                    pricer=self.pricer, ep=r.ep, blocks=self.blocks), self.pricer)
         return self._verify[tokens]
 
     def draft(self, spec: DrafterSpec, depth: int, width: int) -> StepCost:
@@ -225,8 +247,9 @@ class _Evaluator:
                 else:
                     cost = StepCost(linear=depth * r.calibration.draft_step_time(self.batch, width))
             else:
-                cost = spec.step_time(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch, draft_len=depth,
-                                      context=r.context, width=width, pricer=self.pricer, ep=r.ep)
+                cost = _kernels_scaled(spec.step_time(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch,
+                                                      draft_len=depth, context=r.context, width=width,
+                                                      pricer=self.pricer, ep=r.ep), self.pricer)
             self._draft[key] = cost
         return self._draft[key]
 
@@ -352,6 +375,25 @@ def _binding(req: PlanRequest, ev: _Evaluator, spec: DrafterSpec, profile: Accep
     return f"{prefix}{main} (fixed costs) grows with D"
 
 
+def _interval(req: PlanRequest, p: Point, spec: DrafterSpec, best_spec: Point | None, base: Point,
+              rule: str) -> tuple:
+    """(interval of the row's speedup, uncertain, binding rule, settle) -- see ``trtspec.recipes.intervals``. A row
+    with D >= 1 gets its own interval; a D = 0 row is exact (1x) but is uncertain when the interval of the best
+    D >= 1 straddles 1 (speculation might win there). An uncertain row names the measurement that settles it."""
+    from trtspec.recipes.intervals import settle_command, speedup_interval, uncertain
+
+    if p.draft_len == 0 and best_spec is None:
+        return (1.0, 1.0), False, rule, ""
+    point, kind = (p, spec) if p.draft_len > 0 else (best_spec, next(d for d in req.drafters
+                                                                     if d.kind == best_spec.drafter))
+    lo, hi = speedup_interval(req, kind, point.tokens_per_s / base.tokens_per_s)
+    if not uncertain(lo, hi):
+        return ((lo, hi) if p.draft_len else (1.0, 1.0)), False, rule, ""
+    what = "" if p.draft_len else f" for D={point.draft_len}"
+    rule += f"; uncertain: {lo:.2f}-{hi:.2f}x{what} straddles 1"
+    return ((lo, hi) if p.draft_len else (1.0, 1.0)), True, rule, settle_command(req, point.draft_len, base)
+
+
 def memory_needed(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int, memo: dict | None = None) -> float:
     """Bytes on one GPU: target weights + KV cache / states for ``batch`` requests of ``context + nodes`` tokens +
     the drafter's weights (none at D = 0, where speculation is off). ``memo``: a dict reused across calls of one
@@ -384,19 +426,22 @@ def plan(req: PlanRequest) -> Plan:
 
     Only configurations that fit in memory are chosen; a row where even D = 0 does not fit keeps D = 0 with
     ``fits_memory`` False and a binding rule saying by how much it overflows."""
-    rows, curves, memo = [], {}, {}
+    from trtspec.recipes.jumps import RowState, config_key, jump_rule
+
+    rows, curves, memo, state = [], {}, {}, None
     pricer = request_pricer(req)
     tol = tie_tolerance(req, pricer)
     for batch in sorted({int(b) for b in req.batches}):
         ev = _Evaluator(req, batch, pricer)
         base = ev.point(req.drafters[0], 0, 1.0, 1)
-        best, capped, best_spec = None, None, None
+        best, capped, best_spec, seen = None, None, None, {}
         curves[batch] = {}
         for spec in req.drafters:
             profile = req.acceptance[spec.kind]
             pts = _candidates(ev, spec, profile, req)
             fits_nodes = {n: _fits(req, spec, batch, n, memo) for n in {p.num_nodes for p in pts}}
             feasible = [p for p in pts if fits_nodes[p.num_nodes]]
+            seen.update({config_key(p): p for p in feasible})
             drafting = [p for p in feasible if p.draft_len > 0]
             if drafting and (best_spec is None or _better(_choose(drafting, req, tol), best_spec, req)):
                 best_spec = _choose(drafting, req, tol)
@@ -428,12 +473,20 @@ def plan(req: PlanRequest) -> Plan:
         breakdown["draft"] = p.draft.total * 1e3
         sources = {f"verify.{k}": v for k, v in sorted(p.verify.sources.items())}
         sources.update({f"draft.{k}": v for k, v in sorted(p.draft.sources.items())})
+        interval, unsure, rule, settle = _interval(req, p, spec, best_spec, base, rule)
+        cur = RowState(batch, p.tokens_per_s / base.tokens_per_s,
+                       best_spec.tokens_per_s / base.tokens_per_s if best_spec is not None else None, p, base, fits,
+                       capped is not None, spec.kind if p.draft_len else "none", ev.spec_overhead, seen)
+        jump = jump_rule(pricer, state, cur)
+        state = cur
+        if jump:
+            rule += f"; {jump}"
         rows.append(Row(
             batch=batch, drafter=spec.kind if p.draft_len else "none", draft_len=p.draft_len, num_nodes=p.num_nodes,
             topk=p.topk, expected_al=p.expected_al, draft_ms=p.draft.total * 1e3, verify_ms=p.verify.total * 1e3,
             step_ms=p.step * 1e3, tokens_per_s=p.tokens_per_s, baseline_tokens_per_s=base.tokens_per_s,
             speedup=p.tokens_per_s / base.tokens_per_s, binding_rule=rule,
             fits_memory=bool(fits), breakdown_ms=breakdown, latency_ms_per_token=p.user_latency * 1e3,
-            sources=sources,
+            sources=sources, interval=interval, uncertain=unsure, settle=settle,
         ))
     return Plan(req, rows, curves)

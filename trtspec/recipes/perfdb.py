@@ -14,7 +14,22 @@ and extrapolates beyond the collected grid; it never reads the parquet files its
 * FP8 is collected per-tensor (``fp8``) or in 128x128 blocks (``fp8_block``, SGLang's and DeepSeek-style
   checkpoints' scaling); a shape one of them lacks is asked in the other (same bytes, same tensor cores); a 4-bit
   routed-expert shape missing in NVFP4 is asked in MXFP4 (``w4a8_mxfp4_mxfp8``, then ``w4a16_mxfp4``);
-* every answer is memoised per shape, so a full plan costs one query per distinct shape;
+* **monotone in the size axis** (GEMM rows, MoE / all-reduce / MLA-bmm tokens, attention / MLA batch): a shape is
+  asked only at the points of a fixed ladder (``LADDER``: 1, 2, 3, 4, 6, 8, 12, ... -- about 1.5x apart, at least as
+  dense as the package's own grids) and priced between two of them by linear interpolation of the ladder's running
+  maximum, so a larger batch or a longer draft never costs less than a smaller one (a table whose larger shape
+  measures faster -- another kernel chosen there -- keeps the smaller shape's price: the planner does not assume the
+  engine pads to exploit it). Where the price grows faster than the size between two ladder points (a kernel or
+  tile switch in the measured data, e.g. a fused-MoE config change), ``switches`` records it for the plan to name;
+* **routed experts by expert loading**: below ``T_full = experts / topk`` tokens (the decode and verification
+  regime, where a step loads a growing set of distinct experts) a routed-expert shape is priced by its least-squares
+  fit ``a + b * u(T)`` over the table's ladder points there, with u(T) = E * (1 - (1 - k/E)^T) the experts T tokens
+  touch on average (a: the launches of the routing, permutation and grouped GEMMs; b: one expert's weights), and
+  above ``T_full`` by the table itself, never below the fit. A kernel switch inside the decode regime of a table
+  (e.g. a fused-MoE configuration change between 4 and 6 tokens) is the engine's choice for that shape, which
+  published serving runs do not show (Kimi-K2.6 EAGLE-3 on 8 RTX PRO 6000: 1.32x / 1.41x at concurrency 1 / 4), so
+  it does not move the price;
+* every answer is memoised per shape and ladder point, so a plan costs at most one query per shape and ladder point;
 * ``tiers`` collects the provenance tiers the engine reported (``silicon`` = collected rows; anything else, e.g.
   ``empirical``, is a formula the package fell back to) so the plan can say what priced each op class.
 
@@ -22,9 +37,11 @@ Shapes it does not measure are derived by the caller (``trtspec.recipes.pricing`
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import logging
+import math
 from dataclasses import dataclass, field
 
 from trtspec.recipes.errors import RecipeError
@@ -43,6 +60,10 @@ _MOE_ALTERNATIVES = {**_ALTERNATIVES, "nvfp4": ("nvfp4", "w4a8_mxfp4_mxfp8", "w4
 # "power_law", alpha 1.01 in its DeepSeek-family models): real traffic is skewed, so B*(1+D) tokens touch fewer
 # distinct experts than uniform ("balanced") routing would, and the collected latency grows smoothly with tokens.
 MOE_DISTRIBUTION = "power_law_1.01"
+# Size-axis points a shape is asked at (see the module docstring); extended by x1.5 / x1.33 steps past the end.
+LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+          6144, 8192, 12288, 16384, 24576, 32768, 49152, 65536)
+SWITCH_RATIO = 1.15  # price growth beyond size growth x this between two ladder points = a kernel / tile switch
 
 
 class PerfDBUnavailable(RecipeError):
@@ -77,8 +98,12 @@ class PerfDB:
     engine: str
     version: str
     _handle: object = field(repr=False, default=None)
+    database: object = field(repr=False, default=None)  # the package's PerfDatabase (its backends take it)
     _memo: dict = field(default_factory=dict, repr=False)
     tiers: set = field(default_factory=set, repr=False)
+    _env: dict = field(default_factory=dict, repr=False)
+    switches: dict = field(default_factory=dict, repr=False)  # key -> [(size_lo, size_hi, price ratio)]
+    _fits: dict = field(default_factory=dict, repr=False)  # routed-expert key -> (a, b) of a + b * u(T)
 
     @property
     def label(self) -> str:
@@ -103,6 +128,34 @@ class PerfDB:
         self._memo[full] = value
         return value
 
+    def _monotone(self, key: tuple, x: int, at) -> float | None:
+        """The price at size ``x`` of the shape ``key`` whose raw price at size v is ``at(v)`` (None: no data),
+        from the running maximum over the ladder (module docstring)."""
+        x = max(1, int(x))
+        pts, env = self._env.setdefault(key, ([], []))
+        while not pts or pts[-1] < x:
+            n = len(pts)
+            v = LADDER[n] if n < len(LADDER) else int(pts[-1] * (1.5 if n % 2 else 4 / 3))
+            raw = at(v)
+            prev = env[-1] if env else None
+            cur = prev if raw is None else (raw if prev is None else max(raw, prev))
+            if raw is not None and prev is not None and raw > prev * (v / pts[-1]) * SWITCH_RATIO:
+                self.switches.setdefault(key, []).append((pts[-1], v, raw / prev))
+            pts.append(v)
+            env.append(cur)
+        i = bisect.bisect_left(pts, x)
+        if pts[i] == x or i == 0:
+            return env[i]
+        lo, hi = env[i - 1], env[i]
+        if lo is None or hi is None:
+            return hi
+        return lo + (hi - lo) * (x - pts[i - 1]) / (pts[i] - pts[i - 1])
+
+    def switch_between(self, lo: int, hi: int) -> list:
+        """Kernel / tile switches recorded on any shape between sizes ``lo`` and ``hi`` (exclusive, inclusive):
+        ``[(key kind, size_lo, size_hi, ratio)]``."""
+        return [(key[0], a, b, r) for key, found in self.switches.items() for a, b, r in found if lo < b and a < hi]
+
     def gemm(self, n: int, k: int, m: int, quant: str) -> float | None:
         """One GEMM [m, k] x [k, n] in ``quant`` (aiconfigurator mode name)."""
         from aiconfigurator_core.sdk import common
@@ -112,7 +165,9 @@ class PerfDB:
             return 0.0
         for name in _ALTERNATIVES.get(quant, (quant,)):
             q = getattr(common.GEMMQuantMode, name)
-            t = self._eval(lambda: GEMM("gemm", 1, int(n), int(k), q), batch=1, s=1, x=m, key=("gemm", n, k, name))
+            key = ("gemm", n, k, name)
+            t = self._monotone(key, m, lambda v: self._eval(lambda: GEMM("gemm", 1, int(n), int(k), q), batch=1, s=1,
+                                                             x=v, key=key))
             if t is not None:
                 return t
         return None
@@ -125,10 +180,10 @@ class PerfDB:
 
         q = getattr(common.KVCacheQuantMode, kv_quant)
         extra = {"window_size": int(window)} if window else {}
-        return self._eval(lambda: GenerationAttention("generation_attention", 1, int(heads), int(kv_heads), q,
-                                                      head_size=int(head_dim), **extra),
-                          batch=batch, s=max(1, context), x=None,
-                          key=("attn", heads, kv_heads, head_dim, kv_quant, window))
+        key = ("attn", heads, kv_heads, head_dim, kv_quant, window, max(1, context))
+        return self._monotone(key, batch, lambda v: self._eval(
+            lambda: GenerationAttention("generation_attention", 1, int(heads), int(kv_heads), q,
+                                        head_size=int(head_dim), **extra), batch=v, s=max(1, context), x=None, key=key))
 
     def mla(self, batch: int, context: int, heads: int, kv_quant: str) -> float | None:
         """One layer's generation MLA (absorbed, latent KV) for ``heads`` local heads, one query token per request."""
@@ -136,8 +191,10 @@ class PerfDB:
         from aiconfigurator_core.sdk.operations import GenerationMLA
 
         q = getattr(common.KVCacheQuantMode, kv_quant)
-        return self._eval(lambda: GenerationMLA("generation_attention", 1, int(heads), q), batch=batch,
-                          s=max(1, context), x=None, key=("mla", heads, kv_quant))
+        key = ("mla", heads, kv_quant, max(1, context))
+        return self._monotone(key, batch, lambda v: self._eval(
+            lambda: GenerationMLA("generation_attention", 1, int(heads), q), batch=v, s=max(1, context), x=None,
+            key=key))
 
     def mla_bmm(self, tokens: int, heads: int, quant: str, pre: bool) -> float | None:
         """The absorbed MLA batched GEMM before (``pre``) or after attention for ``tokens`` tokens."""
@@ -145,8 +202,9 @@ class PerfDB:
         from aiconfigurator_core.sdk.operations import MLABmm
 
         q = getattr(common.GEMMQuantMode, quant)
-        return self._eval(lambda: MLABmm("mla_bmm", 1, int(heads), q, if_pre=bool(pre)), batch=tokens, s=1,
-                          x=tokens, key=("mla_bmm", heads, quant, pre))
+        key = ("mla_bmm", heads, quant, pre)
+        return self._monotone(key, tokens, lambda v: self._eval(
+            lambda: MLABmm("mla_bmm", 1, int(heads), q, if_pre=bool(pre)), batch=v, s=1, x=v, key=key))
 
     def moe(self, tokens: int, hidden: int, inter: int, topk: int, experts: int, moe_tp: int, moe_ep: int,
             quant: str) -> float | None:
@@ -156,12 +214,31 @@ class PerfDB:
 
         for name in _MOE_ALTERNATIVES.get(quant, (quant,)):
             q = getattr(common.MoEQuantMode, name)
-            t = self._eval(lambda: MoE("moe", 1, int(hidden), int(inter), int(topk), int(experts), int(moe_tp),
-                                       int(moe_ep), q, MOE_DISTRIBUTION, 1), batch=tokens, s=1, x=tokens,
-                           key=("moe", hidden, inter, topk, experts, moe_tp, moe_ep, name))
+            key = ("moe", hidden, inter, topk, experts, moe_tp, moe_ep, name)
+
+            def at(v, q=q, key=key):
+                return self._eval(lambda: MoE("moe", 1, int(hidden), int(inter), int(topk), int(experts), int(moe_tp),
+                                              int(moe_ep), q, MOE_DISTRIBUTION, 1), batch=v, s=1, x=v, key=key)
+
+            t = self._monotone(key, tokens, at)
             if t is not None:
-                return t
+                return self._expert_loading(key, tokens, topk, experts, at, t)
         return None
+
+    def _expert_loading(self, key: tuple, tokens: int, topk: int, experts: int, at, table: float) -> float:
+        """The decode regime of a routed-expert table read through its fit ``a + b * u(T)`` (module docstring):
+        below ``T_full = experts / topk`` tokens the cost is a fixed launch part plus the distinct experts loaded,
+        u(T) = E * (1 - (1 - k/E)^T), so a kernel switch the table shows there does not move the price; above it
+        the table's own (monotone) price, never below the fit."""
+        full = max(1, math.ceil(experts / topk))
+        if key not in self._fits:
+            pts = [v for v in LADDER if v <= full] or [1]
+            rows = [(unique_experts(experts, topk, v), self._monotone(key, v, at)) for v in pts]
+            rows = [(u, y) for u, y in rows if y is not None]
+            self._fits[key] = _line(rows)
+        a, b = self._fits[key]
+        fit = a + b * unique_experts(experts, topk, tokens)
+        return fit if tokens <= full else max(table, fit)
 
     def allreduce(self, tokens: int, hidden: int, tp: int) -> float | None:
         """One all-reduce of ``tokens`` x ``hidden`` bf16 activations over ``tp`` GPUs (0 for tp = 1)."""
@@ -169,8 +246,28 @@ class PerfDB:
 
         if tp <= 1:
             return 0.0
-        return self._eval(lambda: CustomAllReduce("allreduce", 1, int(hidden), int(tp)), batch=tokens, s=1,
-                          x=tokens, key=("ar", hidden, tp))
+        key = ("ar", hidden, tp)
+        return self._monotone(key, tokens, lambda v: self._eval(
+            lambda: CustomAllReduce("allreduce", 1, int(hidden), int(tp)), batch=v, s=1, x=v, key=key))
+
+
+def unique_experts(experts: int, topk: int, tokens: float) -> float:
+    """Expected distinct experts hit by ``tokens`` tokens choosing ``topk`` of ``experts`` each: E*(1-(1-k/E)^T)."""
+    return experts * (1.0 - (1.0 - topk / experts) ** tokens)
+
+
+def _line(rows: list) -> tuple[float, float]:
+    """Least-squares (a, b) of y = a + b*u over ``rows`` of (u, y), both >= 0 (b = 0 with a single point)."""
+    if len(rows) < 2:
+        return (rows[0][1] if rows else 0.0), 0.0
+    n = len(rows)
+    mu, my = sum(u for u, _ in rows) / n, sum(y for _, y in rows) / n
+    var = sum((u - mu) ** 2 for u, _ in rows)
+    b = max(0.0, sum((u - mu) * (y - my) for u, y in rows) / var) if var > 0 else 0.0
+    a = my - b * mu
+    if a < 0:  # through the origin instead
+        a, b = 0.0, sum(u * y for u, y in rows) / sum(u * u for u, _ in rows)
+    return a, b
 
 
 class _CYaml:
@@ -229,4 +326,4 @@ def open_db(system: str, engine: str, version: str) -> PerfDB:
         handle = EngineHandle.for_database(db)
     finally:
         log.setLevel(level)
-    return PerfDB(system, engine, version, handle)
+    return PerfDB(system, engine, version, handle, db)

@@ -9,7 +9,7 @@ Shapes the database does not measure, and the rule that derives them from what i
 
 * **verification attention** (T = 1+D query rows per request; the generation tables hold one query row per
   request), between two physical limits, blended by the engine file's ``verification.verify_split`` s in [0, 1]
-  (fitted on the corpus's train split, ``benchmarks/bench_fidelity.py --fit``):
+  (fitted on the corpus, ``benchmarks/bench_fidelity.py --fit``):
 
   - *packed* (s = 0): the T rows of a request read the same KV cache, and the G*T rows that share one KV head are
     packed into MMA tiles of ``gpu.attention_tile_rows`` (128) rows, each tile pass streaming that head's KV once
@@ -72,7 +72,8 @@ class Pricer:
         """What prices what, for plan provenance."""
         return {"kernels": self.label if self.db else f"roofline ({self.note})", "engine": self.engine.name,
                 "engine_overheads": self.engine.path, "perf_db_tiers": sorted(self.db.tiers) if self.db else [],
-                "verify_split": self.engine.verify_split}
+                "verify_split": self.engine.verify_split,
+                **({"kernel_scale": self.engine.kernel_scale} if self.engine.kernel_scale != 1.0 else {})}
 
     # ---- single GEMMs (drafter heads, fc layers) -----------------------------------------------------------------
     def gemm(self, n: float, k: int, m: int, prec, wbytes: float | None = None) -> float | None:
@@ -194,14 +195,16 @@ def _attention(p: Pricer, arch, block, prec, tp: int, batch: int, tokens: int, c
     return None if apart is None else packed + split * (apart - packed)
 
 
-def make_pricer(gpu: GPU, engine: str = "trtllm", pricing: str = "perf-db") -> Pricer | None:
-    """The ``Pricer`` for ``gpu`` under ``engine``; ``pricing='roofline'`` returns None (the analytic model alone).
+def make_pricer(gpu: GPU, engine: str = "trtllm", pricing: str = "perf-db",
+                profile: EngineProfile | None = None) -> Pricer | None:
+    """The ``Pricer`` for ``gpu`` under ``engine``; ``pricing='roofline'`` returns None (the analytic model alone);
+    ``profile``: the engine's figures to use instead of its file (a deployment calibration's).
 
     A GPU without a ``perf_db`` system, or a database that cannot be loaded, keeps the engine's fixed costs and
     prices every kernel class by the roofline (``Pricer.note`` says why)."""
     if pricing not in PRICINGS:
         raise RecipeError(f"--pricing must be one of {PRICINGS}, got {pricing!r}")
-    profile = load_engine(engine)
+    profile = profile if profile is not None else load_engine(engine)
     if pricing == "roofline":
         return None
     if not gpu.perf_db_system:
