@@ -1,18 +1,35 @@
-"""Serving latency and throughput through a real tritonserver: greedy and sampled loads, with and
-without speculation, side by side in one run.
+"""Serving throughput through a real tritonserver with no speculation, static speculation and adaptive
+speculation, side by side in one run: greedy and sampled, by concurrency, on a uniform and a mixed
+workload.
 
-One server, one repository holding the bundle twice: ``spec`` (the bundle's speculation) and
-``base`` (``draft_len: 0``, plain decoding of the same target). Each load sends ``--requests``
-requests from ``--concurrency`` client threads over the HTTP generate endpoint; loads alternate
-between the two models ``--repeats`` times and the per-request latencies are pooled. Tokens/s
-comes from the model's ``trtspec_generation_tokens_total`` counter over the load's wall time, AL
-from its ``trtspec_spec_decode_*`` counters (1 + accepted / drafts).
+One server, one repository holding the bundle once per mode: ``none`` (``draft_len: 0``, plain
+decoding of the same target), ``static`` (the bundle's speculation: its schedule, or the demo's fixed
+``--draft-len``) and ``adaptive`` (``speculation: adaptive``: each step's draft lengths in 0..D
+chosen by the runtime's controller from this device's step costs -- measured once before the
+server starts, greedy and sampled, unless ``--cost-table`` is given -- and each request's live
+acceptance). For every (concurrency, verification, workload) the modes take turns ``--repeats``
+times; each load sends ``max(--min-requests, --requests-per-client x concurrency)`` requests from
+``concurrency`` client threads over the HTTP generate endpoint. Tokens/s comes from each model's
+``trtspec_generation_tokens_total`` counter over the loads' wall time (``--clock wall``) or over the
+CPU seconds its model process spent on them (``--clock cpu``: with ``--threads 1``, what one idle core
+would serve, whatever else a shared machine runs; the cost table is then measured on the same
+clock); both are kept in ``detail``. AL and the mean draft length come from the model's
+``trtspec_spec_decode_*`` counters.
 
-    python benchmarks/bench_serve.py [--bundle DIR] [--concurrency 16] [--requests 64]
-        [--max-tokens 32] [--temperature 0.8] [--top-p 0.95] [--repeats 2] [--json]
+Workloads: ``uniform``: short Python code prompts (one kind of text); ``mixed``: prompts of the
+built-in SPEED-Bench sample alternating between high- and low-acceptance categories for the demo
+pair (``--high`` / ``--low``; measured on the demo pair, D = 4, 32 new tokens: rag 2.98, coding 2.25,
+summarization 2.10 against roleplay 1.24, qa 1.29, math 1.54).
 
-With no --bundle it serves the demo pair (``trtspec.zoo.demo_paths()``) laid out as a bundle with a
-fixed draft length ``--draft-len`` (default 4). Needs a tritonserver (``trtspec triton install-server``).
+    python benchmarks/bench_serve.py [--bundle DIR] [--speculation none,static,adaptive] [--concurrency 1,4,16]
+        [--verify greedy,sample] [--workload uniform,mixed] [--max-tokens 32] [--repeats 2]
+        [--cost-table FILE] [--threads 0] [--clock wall|cpu] [--json]
+
+``--json`` prints ``{"rows": [{"concurrency": C, "verify": "greedy"|"sample", "workload":
+"uniform"|"mixed", "tokens_per_s": {"none": x, "static": y, "adaptive": z}}, ...], "detail": [...],
+"meta": {...}}``. With no --bundle it serves the demo pair (``trtspec.zoo.demo_paths()``) laid out
+as a bundle with a fixed draft length ``--draft-len`` (default 4). Needs a tritonserver
+(``trtspec triton install-server``).
 """
 from __future__ import annotations
 
@@ -31,7 +48,12 @@ PROMPTS = [
     "def read_json(path):\n", "for i in range(10):\n", "def merge_sort(items):\n", "with open(path) as f:\n",
     "def parse_args(argv):\n", "try:\n    import numpy as np\n", "def is_prime(n):\n",
 ]
-MODELS = ("spec", "base")
+MODES = ("none", "static", "adaptive")
+VERIFY = ("greedy", "sample")
+WORKLOADS = ("uniform", "mixed")
+#: goals: adaptive >= ROW_GOAL x max(none, static) on every row; >= MIXED_GOAL x on the mixed greedy
+#: workload at the highest concurrency
+ROW_GOAL, MIXED_GOAL = 0.98, 1.05
 
 
 def demo_bundle(root: Path, draft_len: int) -> Path:
@@ -72,8 +94,27 @@ def _counters(metrics_url: str, model: str) -> dict[str, float]:
     return out
 
 
+def model_cpu_s(server, model: str) -> float:
+    """CPU seconds (user + system) the server's process for ``model`` (its Python-backend stub) has used."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat[1]) == server.process.pid and any(a.endswith(f"/{model}/1/model.py".encode()) for a in args):
+            return (int(stat[11]) + int(stat[12])) / tick
+    raise RuntimeError(f"no model process of {model!r} under tritonserver pid {server.process.pid}")
+
+
 def run_load(server, model: str, payloads: list[dict], concurrency: int) -> dict:
-    """Send ``payloads`` to ``model`` from ``concurrency`` threads; latencies, wall time and counter deltas."""
+    """Send ``payloads`` to ``model`` from ``concurrency`` threads; latencies, wall and model-CPU time, and
+    counter deltas."""
     url = f"http://{server.http_url}/v2/models/{model}/generate"
 
     def one(p):
@@ -81,63 +122,148 @@ def run_load(server, model: str, payloads: list[dict], concurrency: int) -> dict
         _post(url, p)
         return time.perf_counter() - t0
 
-    before = _counters(server.metrics_url, model)
+    before, cpu0 = _counters(server.metrics_url, model), model_cpu_s(server, model)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         lat = list(pool.map(one, payloads))
     wall = time.perf_counter() - t0
-    after = _counters(server.metrics_url, model)
+    after, cpu = _counters(server.metrics_url, model), model_cpu_s(server, model) - cpu0
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-    return {"latencies": lat, "wall_s": wall, "tokens": d.get("trtspec_generation_tokens", 0.0),
+    return {"latencies": lat, "wall_s": wall, "cpu_s": cpu, "tokens": d.get("trtspec_generation_tokens", 0.0),
+            "steps": d.get("trtspec_spec_decode_num_steps", 0.0),
             "drafts": d.get("trtspec_spec_decode_num_drafts", 0.0),
+            "draft_tokens": d.get("trtspec_spec_decode_num_draft_tokens", 0.0),
             "accepted": d.get("trtspec_spec_decode_num_accepted_tokens", 0.0)}
 
 
-def summarize(runs: list[dict]) -> dict:
+def summarize(runs: list[dict], clock: str) -> dict:
     lat = sorted(x for r in runs for x in r["latencies"])
-    q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else [lat[0]] * 99
-    wall = sum(r["wall_s"] for r in runs)
-    drafts = sum(r["drafts"] for r in runs)
-    return {"requests": len(lat), "p50_s": q[49], "p90_s": q[89], "p99_s": q[98],
-            "requests_per_s": len(lat) / wall, "tokens_per_s": sum(r["tokens"] for r in runs) / wall,
-            "mean_al": 1.0 + sum(r["accepted"] for r in runs) / drafts if drafts else 1.0}
+    wall, cpu, tokens = sum(r["wall_s"] for r in runs), sum(r["cpu_s"] for r in runs), sum(r["tokens"] for r in runs)
+    steps, drafts = sum(r["steps"] for r in runs), sum(r["drafts"] for r in runs)
+    rates = {"wall": tokens / wall, "cpu": tokens / cpu if cpu > 0 else 0.0}
+    return {"requests": len(lat), "p50_s": statistics.median(lat), "tokens_per_s": rates[clock],
+            "wall_tokens_per_s": rates["wall"], "cpu_tokens_per_s": rates["cpu"],
+            "mean_al": 1.0 + sum(r["accepted"] for r in runs) / drafts if drafts else 1.0,
+            "mean_draft_len": sum(r["draft_tokens"] for r in runs) / steps if steps else 0.0}
 
 
-def payloads(kind: str, n: int, max_tokens: int, temperature: float, top_p: float) -> list[dict]:
+def workload_prompts(workload: str, high: list[str], low: list[str]) -> list[str]:
+    """``uniform``: the code prompts; ``mixed``: first turns of the built-in sample, one high- then one
+    low-acceptance category prompt in turn."""
+    if workload == "uniform":
+        return list(PROMPTS)
+    from trtspec.bench.datasets import load_prompts
+
+    by_cat: dict[str, list[str]] = {}
+    for p in load_prompts("builtin", categories=high + low, code_prompts=0):
+        by_cat.setdefault(p.category, []).append(p.turns[0])
+    missing = [c for c in high + low if c not in by_cat]
+    if missing:
+        raise click.BadParameter(f"categories {missing} are not in the built-in sample", param_hint="--high/--low")
+    highs = [t for i in range(max(len(v) for v in by_cat.values())) for c in high if i < len(by_cat[c])
+             for t in [by_cat[c][i]]]
+    lows = [t for i in range(max(len(v) for v in by_cat.values())) for c in low if i < len(by_cat[c])
+            for t in [by_cat[c][i]]]
+    return [t for pair in zip(highs, lows) for t in pair]
+
+
+def payloads(prompts: list[str], verify: str, n: int, max_tokens: int, temperature: float, top_p: float) -> list[dict]:
     out = []
     for i in range(n):
-        p = {"text_input": PROMPTS[i % len(PROMPTS)], "sampling_param_max_tokens": max_tokens}
-        if kind == "sampled":
+        p = {"text_input": prompts[i % len(prompts)], "sampling_param_max_tokens": max_tokens}
+        if verify == "sample":
             p.update(sampling_param_temperature=temperature, sampling_param_top_p=top_p, sampling_param_seed=i)
         out.append(p)
     return out
+
+
+def measure_cost_table(bundle: Path, out: Path, max_depth: int, clock: str) -> Path:
+    """This device's step costs of the bundle's pair (greedy and sampled), for the adaptive model."""
+    from trtspec.bench.adaptive import measure_costs
+    from trtspec.runtime import load_pipeline
+    from trtspec.triton.bundle import read_bundle
+
+    b = read_bundle(bundle)
+    pipe = load_pipeline(str(b.target), None if b.draft is None else str(b.draft), drafter=b.drafter,
+                         draft_len=max_depth)
+    out.write_text(json.dumps(measure_costs(pipe, max_depth, clock=clock), indent=2))
+    return out
+
+
+def _csv(text: str, allowed, name: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in allowed]
+    if not items or bad:
+        raise click.BadParameter(f"expected a comma-separated subset of {', '.join(allowed)}, got {text!r}",
+                                 param_hint=name)
+    return [x for x in allowed if x in items]
 
 
 @click.command()
 @click.option("--bundle", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
               help="trtspec bundle to serve [default: the demo pair with --draft-len].")
 @click.option("--draft-len", type=click.IntRange(1, 16), default=4, show_default=True,
-              help="Draft length of the demo bundle (ignored with --bundle).")
-@click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True, help="Client threads.")
-@click.option("--requests", "n_requests", type=click.IntRange(1), default=64, show_default=True,
-              help="Requests per load and repeat.")
+              help="Draft length of the demo bundle (ignored with --bundle): static's D and adaptive's cap.")
+@click.option("--speculation", "modes", default=",".join(MODES), show_default=True,
+              help="Modes served side by side: none, static, adaptive.")
+@click.option("--concurrency", default="1,4,16", show_default=True, help="Client threads, e.g. '1,4,16'.")
+@click.option("--verify", "verifies", default=",".join(VERIFY), show_default=True,
+              help="greedy and/or sample (temperature --temperature, top-p --top-p, one seed per request).")
+@click.option("--workload", "workloads", default=",".join(WORKLOADS), show_default=True,
+              help="uniform (code prompts) and/or mixed (high- and low-acceptance categories in turn).")
+@click.option("--high", default="rag,coding,summarization", show_default=True,
+              help="mixed workload: high-acceptance categories of the built-in sample.")
+@click.option("--low", default="roleplay,qa,math", show_default=True,
+              help="mixed workload: low-acceptance categories of the built-in sample.")
+@click.option("--requests-per-client", type=click.IntRange(1), default=4, show_default=True,
+              help="Requests per load = max(--min-requests, this x concurrency).")
+@click.option("--min-requests", type=click.IntRange(1), default=12, show_default=True, help="See --requests-per-client.")
 @click.option("--max-tokens", type=click.IntRange(1), default=32, show_default=True, help="New tokens per request.")
 @click.option("--temperature", type=click.FloatRange(min=0.0, min_open=True), default=0.8, show_default=True,
-              help="Temperature of the sampled load.")
+              help="Temperature of the sampled loads.")
 @click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.95, show_default=True,
-              help="top_p of the sampled load.")
+              help="top_p of the sampled loads.")
 @click.option("--repeats", type=click.IntRange(1), default=2, show_default=True,
-              help="Alternating passes over (load, model).")
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
-def main(bundle, draft_len, concurrency, n_requests, max_tokens, temperature, top_p, repeats, as_json):
-    """Print p50/p90/p99 latency, requests/s and tokens/s for greedy and sampled loads, with and
-    without speculation, and the speculative/base ratios."""
+              help="Passes over the modes per row (they take turns).")
+@click.option("--cost-table", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Step costs of the adaptive model [default: measured on this device before the server starts].")
+@click.option("--threads", type=click.IntRange(0), default=0, show_default=True,
+              help="torch threads of the server's models and of the cost measurement (OMP_NUM_THREADS); 0 = "
+                   "torch's default. 1 keeps a busy shared CPU machine from stalling multi-threaded steps.")
+@click.option("--clock", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
+              help="tokens/s over the loads' wall time, or over the CPU time of each model's process (use with "
+                   "--threads 1 on a busy shared machine; the cost table is measured on the same clock).")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, requests_per_client, min_requests,
+         max_tokens, temperature, top_p, repeats, cost_table, threads, clock, as_json):
+    """Print tokens/s of no, static and adaptive speculation per (concurrency, verification,
+    workload), the adaptive mode's ratio to the best of the other two, and the goals."""
     from dataclasses import replace
 
+    from trtspec.bench.config import parse_int_list
+    from trtspec.triton.bundle import read_bundle
     from trtspec.triton.repository import default_settings, write_repository
     from trtspec.triton.server import TritonServer, find_server
 
+    modes = _csv(modes, MODES, "--speculation")
+    verifies = _csv(verifies, VERIFY, "--verify")
+    workloads = _csv(workloads, WORKLOADS, "--workload")
+    try:
+        levels = parse_int_list(concurrency, "--concurrency")
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--concurrency") from None
+    if clock == "cpu" and threads != 1:
+        raise click.BadParameter("--clock cpu counts one thread's work: it needs --threads 1", param_hint="--clock")
+    texts = {w: workload_prompts(w, high.split(","), low.split(",")) for w in workloads}
+    if threads:
+        import os
+
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = str(threads)   # inherited by tritonserver and its model stubs
+        torch.set_num_threads(threads)
     install = find_server()
+    t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         tmp = Path(tmp)
         bundle = bundle or demo_bundle(tmp / "demo", draft_len)
@@ -145,35 +271,75 @@ def main(bundle, draft_len, concurrency, n_requests, max_tokens, temperature, to
         if max_tokens > settings.max_tokens_limit:
             raise click.BadParameter(f"{max_tokens} exceeds the bundle's limit {settings.max_tokens_limit}",
                                      param_hint="--max-tokens")
-        write_repository(bundle, tmp / "repo", "spec", settings=settings)
-        write_repository(bundle, tmp / "repo", "base", settings=replace(settings, draft_len=0))
+        max_depth = max([read_bundle(bundle).draft_len, *(read_bundle(bundle).draft_len_schedule or {}).values()])
+        cost_s = 0.0
+        if "adaptive" in modes and cost_table is None:
+            t0 = time.perf_counter()
+            cost_table = measure_cost_table(bundle, tmp / "cost_table.json", max_depth, clock)
+            cost_s = time.perf_counter() - t0
+        per_mode = {"none": replace(settings, draft_len=0), "static": settings,
+                    "adaptive": replace(settings, speculation="adaptive", cost_table=cost_table)}
+        for mode in modes:
+            write_repository(bundle, tmp / "repo", mode, settings=per_mode[mode])
+        runs: dict[tuple, list[dict]] = {}
         with TritonServer(tmp / "repo", install=install, log_path=tmp / "server.log") as server:
-            loads = {kind: payloads(kind, n_requests, max_tokens, temperature, top_p) for kind in ("greedy", "sampled")}
-            for model in MODELS:   # warm-up: one request of each kind
-                for kind in loads:
-                    _post(f"http://{server.http_url}/v2/models/{model}/generate", loads[kind][0])
-            runs: dict[tuple[str, str], list[dict]] = {(k, m): [] for k in loads for m in MODELS}
-            for _ in range(repeats):
-                for kind in loads:
-                    for model in MODELS:
-                        runs[kind, model].append(run_load(server, model, loads[kind], concurrency))
-    rows = [{"load": k, "model": m, **summarize(r)} for (k, m), r in runs.items()]
-    ratios = {}
-    for kind in loads:
-        s, b = (next(r for r in rows if r["load"] == kind and r["model"] == m) for m in MODELS)
-        ratios[kind] = {"p50": s["p50_s"] / b["p50_s"], "tokens_per_s": s["tokens_per_s"] / b["tokens_per_s"]}
-    meta = {"bundle": str(bundle), "concurrency": concurrency, "requests": n_requests * repeats,
-            "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
+            for mode in modes:   # warm-up: one request of each verification
+                for v in verifies:
+                    _post(f"http://{server.http_url}/v2/models/{mode}/generate",
+                          payloads(PROMPTS, v, 1, max_tokens, temperature, top_p)[0])
+            for c in levels:
+                n = max(min_requests, requests_per_client * c)
+                for v in verifies:
+                    for w in workloads:
+                        load = payloads(texts[w], v, n, max_tokens, temperature, top_p)
+                        for r in range(repeats):
+                            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:   # rotate who goes first
+                                runs.setdefault((c, v, w, mode), []).append(run_load(server, mode, load, c))
+    rows, detail = [], []
+    for c in levels:
+        for v in verifies:
+            for w in workloads:
+                s = {m: summarize(runs[c, v, w, m], clock) for m in modes}
+                rows.append({"concurrency": c, "verify": v, "workload": w,
+                             "tokens_per_s": {m: s[m]["tokens_per_s"] for m in modes}})
+                others = [s[m]["tokens_per_s"] for m in modes if m != "adaptive"]
+                ratio = s["adaptive"]["tokens_per_s"] / max(others) if "adaptive" in s and others else None
+                detail.append({"concurrency": c, "verify": v, "workload": w, "adaptive_ratio": ratio,
+                               **{m: {k: s[m][k] for k in ("p50_s", "mean_al", "mean_draft_len", "requests",
+                                                           "wall_tokens_per_s", "cpu_tokens_per_s")}
+                                  for m in modes}})
+    meta = {"bundle": str(bundle), "modes": modes, "max_tokens": max_tokens, "temperature": temperature,
+            "threads": threads or "default", "clock": clock,
+            "top_p": top_p, "repeats": repeats, "cost_table": "measured before the server started" if cost_s else
+            str(cost_table), "cost_table_s": cost_s, "wall_s": time.perf_counter() - t_start}
     if as_json:
-        click.echo(json.dumps({"meta": meta, "rows": rows, "ratios": ratios}, indent=2))
+        click.echo(json.dumps({"rows": rows, "detail": detail, "meta": meta}, indent=2))
         return
+    _print(rows, detail, meta, modes)
+
+
+def _print(rows, detail, meta, modes) -> None:
     click.echo(f"bench_serve: {meta}")
-    click.echo(f"{'load':8} {'model':5} {'p50 s':>7} {'p90 s':>7} {'p99 s':>7} {'req/s':>7} {'tok/s':>8} {'AL':>5}")
-    for r in rows:
-        click.echo(f"{r['load']:8} {r['model']:5} {r['p50_s']:7.3f} {r['p90_s']:7.3f} {r['p99_s']:7.3f} "
-                   f"{r['requests_per_s']:7.2f} {r['tokens_per_s']:8.1f} {r['mean_al']:5.2f}")
-    for kind, x in ratios.items():
-        click.echo(f"{kind}: spec/base tokens/s {x['tokens_per_s']:.2f}x, p50 latency {x['p50']:.2f}x")
+    head = f"{'conc':>4} {'verify':6} {'workload':8} | " + " ".join(f"{m + ' tok/s':>15}" for m in modes)
+    head += " | adaptive/best | mean D (AL) " + " ".join(f"{m:>11}" for m in modes)
+    click.echo(head)
+    misses = []
+    for row, d in zip(rows, detail):
+        r = d["adaptive_ratio"]
+        cells = " ".join(f"{row['tokens_per_s'][m]:15.1f}" for m in modes)
+        dl = " ".join(f"{d[m]['mean_draft_len']:5.2f}({d[m]['mean_al']:4.2f})" for m in modes)
+        click.echo(f"{row['concurrency']:>4} {row['verify']:6} {row['workload']:8} | {cells} | "
+                   f"{'n/a' if r is None else f'{r:13.3f}'} | {dl}")
+        if r is not None and r < ROW_GOAL:
+            misses.append(f"c={row['concurrency']} {row['verify']} {row['workload']}: {r:.3f} < {ROW_GOAL}")
+    if "adaptive" in modes and len(modes) > 1:
+        top = max(d["concurrency"] for d in detail)
+        mixed = [d for d in detail if d["concurrency"] == top and d["verify"] == "greedy" and d["workload"] == "mixed"]
+        for d in mixed:
+            ok = d["adaptive_ratio"] >= MIXED_GOAL
+            click.echo(f"mixed greedy c={top}: adaptive {d['adaptive_ratio']:.3f}x the best of the others "
+                       f"({'meets' if ok else 'misses'} {MIXED_GOAL})")
+        click.echo("every row adaptive >= 0.98 x max(others): " + ("yes" if not misses else "no: " + "; ".join(misses)))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,32 @@ def test_profile_table_format_and_recipes_reader(pair, tmp_path, method):
     assert ours.target_s(2, 1) == pytest.approx((data["target"]["1"]["1"] + data["target"]["3"]["1"]) / 2)
 
 
+def test_profile_times_sampled_steps_into_a_sample_section(pair, tmp_path):
+    """``verify=('greedy', 'sample')``: the same grid stepped with sampled requests; the controller
+    prices sampled steps from that section, the planner's reader still reads the greedy tables."""
+    from trtspec.recipes.calibration import load_cost_table as recipes_load
+    from trtspec.runtime.controller import StepCosts
+
+    target, draft = pair
+    cfg = ProfileConfig(batch_sizes=(1, 2), tokens=(1, 3), draft_tokens=(1,), context_len=16, warmup=1, repeats=2,
+                        clock="cpu", verify=("greedy", "sample"))
+    path = profile_pair(target, draft, cfg).save(tmp_path / "cost_table.json")
+    data = json.loads(path.read_text())
+    assert data["verify"] == ["greedy", "sample"]
+    sample = data["sample"]
+    assert set(sample["target"]) == {"1", "2"} and set(sample["target"]["2"]) == {"1", "3"}
+    assert all(s > 0 for row in sample["target"].values() for s in row.values())
+    costs = StepCosts(data)
+    assert costs.priced_sampled
+    assert costs.seconds("sample", 2, 3, 2) == pytest.approx(sample["target"]["2"]["3"] + 2 * sample["draft"]["2"]["1"])
+    assert costs.seconds("greedy", 2, 3, 2) == pytest.approx(data["target"]["2"]["3"] + 2 * data["draft"]["2"]["1"])
+    assert recipes_load(path).target_time(2, 3) == pytest.approx(data["target"]["2"]["3"])
+    with pytest.raises(ValueError, match="verify=\\('sample',\\)"):
+        ProfileConfig(verify=("sample",))
+    with pytest.raises(ValueError, match="needs method='engine'"):
+        ProfileConfig(method="forward", verify=("greedy", "sample"))
+
+
 def test_profile_config_and_table_errors(tmp_path):
     with pytest.raises(ValueError, match="batch_sizes"):
         ProfileConfig(batch_sizes=(0, 2))
@@ -162,7 +188,7 @@ def test_run_sweep_end_to_end_on_tiny_pair(pair, tmp_path):
 
     target, draft = pair
     cal = _table(tmp_path / "cal.json", 0.001)
-    prompts = load_prompts("builtin", categories=["coding"], limit_per_category=2)
+    prompts = load_prompts("builtin", categories=["coding"], limit_per_category=3)
     res = run_sweep(target, draft, prompts, SweepConfig(draft_lens=(0, 2), batch_sizes=(1, 2), repeats=1,
                                                         max_new_tokens=12),
                     out_dir=tmp_path / "out", calibration=cal)
@@ -180,13 +206,13 @@ def test_run_sweep_end_to_end_on_tiny_pair(pair, tmp_path):
         assert 0 <= d <= 2 and ((r is None) == (d == 1)) and (r is None or 0 < r <= 1.0)
 
 
-def test_sweep_needs_prompts_to_fill_the_largest_batch(pair, tmp_path):
+def test_sweep_needs_more_prompts_than_the_largest_batch(pair, tmp_path):
     from trtspec.bench.datasets import load_prompts
 
     target, draft = pair
     prompts = load_prompts("builtin", categories=["coding"], limit_per_category=2)
-    with pytest.raises(ValueError, match=f"{len(prompts)} prompts x rounds cannot fill batch size 8"):
-        run_sweep(target, draft, prompts, SweepConfig(draft_lens=(0, 1), batch_sizes=(1, 8), repeats=1),
+    with pytest.raises(ValueError, match=f"{len(prompts)} prompts x rounds cannot refill batch size 2"):
+        run_sweep(target, draft, prompts, SweepConfig(draft_lens=(0, 1), batch_sizes=(1, 2), repeats=1),
                   out_dir=tmp_path / "out", calibration=_table(tmp_path / "cal.json", 0.001))
 
 

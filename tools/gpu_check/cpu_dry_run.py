@@ -148,7 +148,7 @@ def bench_recipe(results, logs, work):
     t0 = time.perf_counter()
     out = work / "bench_recipe"
     with logged(logs, "bench_recipe") as st:
-        rc = br.main(["--device", "cpu", "--sweep", "0..1", "--batch", "1", "--prompts", "1", "--max-new-tokens", "4",
+        rc = br.main(["--device", "cpu", "--sweep", "0..1", "--batch", "1", "--prompts", "2", "--max-new-tokens", "4",
                       "--repeats", "1", "--out", str(out)])
         if rc != 0:
             raise RuntimeError(f"bench_recipe.py exited {rc}")

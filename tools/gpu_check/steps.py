@@ -141,9 +141,9 @@ def bench_recipe(args) -> tuple[str, str, dict]:
     log, out = Path(args.logs) / "bench_recipe.log", Path(args.work) / "bench_recipe"
     cmd = [sys.executable, "benchmarks/bench_recipe.py", "--device", args.device, "--out", str(out)]
     if args.device == "cpu":
-        cmd += ["--sweep", "0..1", "--batch", "1", "--prompts", "1", "--max-new-tokens", "4", "--repeats", "1"]
+        cmd += ["--sweep", "0..1", "--batch", "1", "--prompts", "2", "--max-new-tokens", "4", "--repeats", "1"]
     elif args.quick:
-        cmd += ["--sweep", "0..5", "--batch", "1,8", "--prompts", "8", "--max-new-tokens", "24", "--repeats", "2"]
+        cmd += ["--sweep", "0..5", "--batch", "1,8", "--prompts", "24", "--max-new-tokens", "24", "--repeats", "2"]
     rc, seconds = run_logged(cmd, log)
     path = out / "sweep.json"
     if rc != 0 or not path.is_file():

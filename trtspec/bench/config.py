@@ -25,6 +25,9 @@ class BenchConfig:
     drafter: str = _f("draft_model", "Drafter of the local runtime: " + ", ".join(DRAFTERS) + ".")
     draft_len: int = _f(4, "Draft length D (tokens proposed per step); the acceptance profile has D rates.")
     verify: str = _f("greedy", "Verification of the local runtime: greedy, sample or block.")
+    speculation: str = _f("static", "Draft lengths of the local runtime: static (--draft-len every step) or adaptive "
+                                    "(each step 0..--draft-len, chosen from the device's step costs and each "
+                                    "request's live acceptance).")
     device: str = _f("cpu", "Device of the local runtime: cpu or cuda.")
     dtype: str = _f("float32", "Weights/activations dtype of the local runtime: float32, bfloat16 or float16.")
     unquantized_target: str = _f("auto", "Local runtime, quantized --target: the unquantized checkpoint benched "
@@ -44,6 +47,8 @@ class BenchConfig:
             raise ValueError(f"drafter={self.drafter!r}: expected one of {DRAFTERS}")
         if not 0 <= self.draft_len <= 64:
             raise ValueError(f"draft_len={self.draft_len}: expected 0..64")
+        if self.speculation not in ("static", "adaptive"):
+            raise ValueError(f"speculation={self.speculation!r}: expected static or adaptive")
         if self.engine not in ENGINES:
             raise ValueError(f"engine={self.engine!r}: expected one of {ENGINES}")
         if self.ci not in CI_METHODS:

@@ -12,7 +12,10 @@ Two methods:
   ``draft[B]["1"] = t`` (one draft token) and ``target[B][D+1] = median(wall - dd) + c`` (the
   verification forward, acceptance, KV moves and the drafter's per-step fixed cost, i.e. everything
   per step that is not proportional to D). This is what the runtime pays, so the planner's
-  ``step = target[B][D+1] + D * draft[B][1]`` reproduces it.
+  ``step = target[B][D+1] + D * draft[B][1]`` reproduces it. With ``verify`` including ``sample``
+  the same grid is stepped again with sampled requests (temperature 0.8, top-p 0.95: every step
+  then builds per-request probability rows for drafts and verification) into a ``sample`` section,
+  which the adaptive controller (``trtspec.runtime.controller``) prices sampled steps with.
 * ``forward``: bare model forwards. One target step verifies ``tokens`` new tokens for each of B
   requests on top of ``context_len`` cached tokens: one forward of ``[B, tokens]`` plus
   ``lm_head`` on every new token. One draft step is the same forward of the draft model
@@ -25,7 +28,8 @@ Format (``trtspec.cost_table/v1``, read by ``trtspec plan --calibration``)::
 
     {"format": "trtspec.cost_table/v1", "device": "cpu (...)",
      "target": {"<B>": {"<tokens_per_request>": seconds}}, "draft": {...}, "source": "...",
-     "context_len": int, "batch_contexts": {"<B>": int}, "dtype": str, "warmup": int, "repeats": int}
+     "context_len": int, "batch_contexts": {"<B>": int}, "dtype": str, "warmup": int, "repeats": int,
+     "sample": {"target": {...}, "draft": {...}}}          # only with verify including "sample" (engine method)
 """
 from __future__ import annotations
 
@@ -40,6 +44,9 @@ from typing import Any, Callable, Sequence
 COST_TABLE_FORMAT = "trtspec.cost_table/v1"
 METHODS = ("engine", "forward")
 CLOCKS = ("wall", "cpu")
+VERIFY = ("greedy", "sample")
+#: the sampled requests of the ``sample`` section: top-p sorts every probability row (the dearest transform)
+SAMPLED_PROBE = {"temperature": 0.8, "top_p": 0.95}
 
 
 def clock_fn(kind: str) -> Callable[[], float]:
@@ -84,7 +91,9 @@ class ProfileConfig:
     'cpu': process CPU time, single-threaded, for busy shared CPU machines; see :func:`clock_fn`);
     ``batch_contexts`` (default none): (B, context) pairs that replace ``context_len`` at those
     batch sizes (engine method), e.g. a workload's longest prompt per batch: attention reads the
-    longest context of the batch, so a step costs what its longest request costs.
+    longest context of the batch, so a step costs what its longest request costs; ``verify``
+    (default ('greedy',)): the verification methods timed (engine method), ``sample`` adding the
+    cost table's ``sample`` section.
     """
 
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -98,6 +107,7 @@ class ProfileConfig:
     method: str = "engine"
     clock: str = "wall"
     batch_contexts: tuple[tuple[int, int], ...] = ()
+    verify: tuple[str, ...] = ("greedy",)
 
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
@@ -123,6 +133,12 @@ class ProfileConfig:
             raise ValueError(f"batch_contexts={self.batch_contexts!r}: expected (batch, context >= 1) pairs for "
                              f"distinct batch sizes among {self.batch_sizes}")
         object.__setattr__(self, "batch_contexts", tuple(sorted(pairs)))
+        verify = tuple(dict.fromkeys(self.verify))
+        if not verify or any(v not in VERIFY for v in verify) or "greedy" not in verify:
+            raise ValueError(f"verify={self.verify!r}: expected 'greedy' and optionally 'sample'")
+        if "sample" in verify and self.method != "engine":
+            raise ValueError("verify 'sample' times engine steps: it needs method='engine'")
+        object.__setattr__(self, "verify", verify)
 
     def context_for(self, batch: int) -> int:
         """Cached tokens per request at ``batch``: its ``batch_contexts`` entry, else ``context_len``."""
@@ -298,10 +314,11 @@ class _EngineCell:
     :meth:`step` returns (step seconds - drafter seconds, drafter seconds) of one step with all B
     requests drafting the full D."""
 
-    def __init__(self, pipe: Any, batch: int, draft_len: int, context: int, cfg: ProfileConfig):
+    def __init__(self, pipe: Any, batch: int, draft_len: int, context: int, cfg: ProfileConfig,
+                 sampled: bool = False):
         import torch
 
-        self.pipe, self.batch, self.d, self.context = pipe, batch, draft_len, context
+        self.pipe, self.batch, self.d, self.context, self.sampled = pipe, batch, draft_len, context, sampled
         ctx = int(pipe.target.config.max_position_embeddings)
         room = ctx - context - 1
         if room < 2 * (draft_len + 2):
@@ -325,7 +342,7 @@ class _EngineCell:
 
         eng = self.pipe.engine(max_batch_size=self.batch, max_seq_len=self.prompt_len + self.budget + 1)
         vocab = self.pipe.target.config.vocab_size
-        params = SamplingParams(max_new_tokens=self.budget)
+        params = SamplingParams(max_new_tokens=self.budget, **(SAMPLED_PROBE if self.sampled else {}))
         for i in range(self.batch):
             eng.add_request(i, torch.randint(0, vocab, (self.prompt_len,), generator=self.gen).tolist(), params)
         propose, spent, now, sync = eng.drafter.propose, self.spent, self.now, self.sync
@@ -382,32 +399,50 @@ def fit_draft_cost(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
 
 def profile_engine(target_dir: str | Path, draft_dir: str | Path, cfg: ProfileConfig, *,
                    drafter: str = "draft_model", progress: Callable[[], None] | None = None
-                   ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """(target table, draft table) by the ``engine`` method (see module docstring): one engine per
-    (B, D) (the models loaded once), ``warmup`` untimed steps each, then ``repeats`` rounds of one
-    timed step of every (B, D) in turn, the median per point."""
+                   ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, Any]]:
+    """(target table, draft table, extra sections) by the ``engine`` method: loads the pair, then
+    :func:`profile_pipeline`."""
     import torch
 
-    from trtspec.bench.steps import with_draft_len
     from trtspec.runtime import load_pipeline
 
     dtype = getattr(torch, cfg.dtype)
     pipe = load_pipeline(str(target_dir), None if draft_dir is None else str(draft_dir), drafter=drafter, draft_len=max(max(cfg.tokens) - 1, 1),
                          device=cfg.device, dtype=dtype)
-    cells = {(b, t - 1): _EngineCell(with_draft_len(pipe, t - 1), b, t - 1, cfg.context_for(b), cfg)
-             for b in cfg.batch_sizes for t in cfg.tokens}
+    return profile_pipeline(pipe, cfg, progress=progress)
+
+
+def profile_pipeline(pipe: Any, cfg: ProfileConfig, *, progress: Callable[[], None] | None = None
+                     ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, Any]]:
+    """(target table, draft table, extra sections) of a loaded pipeline by the ``engine`` method (see
+    module docstring): one engine per (B, D) and verification method (sharing the models),
+    ``warmup`` untimed steps each, then ``repeats`` rounds of one timed step of every cell in turn,
+    the median per point. Extra sections: ``sample`` when ``cfg.verify`` has it."""
+    from trtspec.bench.steps import with_draft_len
+
+    cells = {(v, b, t - 1): _EngineCell(with_draft_len(pipe, t - 1), b, t - 1, cfg.context_for(b), cfg,
+                                        sampled=v == "sample")
+             for v in cfg.verify for b in cfg.batch_sizes for t in cfg.tokens}
     for cell in cells.values():
         for _ in range(cfg.warmup):
             cell.step()
-    samples: dict[tuple[int, int], list[tuple[float, float]]] = {k: [] for k in cells}
+    samples: dict[tuple, list[tuple[float, float]]] = {k: [] for k in cells}
     for _ in range(cfg.repeats):
         for key, cell in cells.items():
             samples[key].append(cell.step())
-    rest = {k: statistics.median(r for r, _ in v) for k, v in samples.items()}
-    dd = {k: statistics.median(x for _, x in v) for k, v in samples.items()}
     if progress is not None:
         for _ in cells:
             progress()
+    tables = {v: _fold(cfg, {(b, d): x for (vv, b, d), x in samples.items() if vv == v}) for v in cfg.verify}
+    target, draft = tables["greedy"]
+    extra = {"sample": {"target": tables["sample"][0], "draft": tables["sample"][1]}} if "sample" in tables else {}
+    return target, draft, extra
+
+
+def _fold(cfg: ProfileConfig, samples: dict[tuple[int, int], list[tuple[float, float]]]):
+    """Per-(B, D) samples of (step - drafter, drafter) seconds -> (target table, draft table)."""
+    rest = {k: statistics.median(r for r, _ in v) for k, v in samples.items()}
+    dd = {k: statistics.median(x for _, x in v) for k, v in samples.items()}
     target: dict[str, dict[str, float]] = {}
     draft: dict[str, dict[str, float]] = {}
     for b in cfg.batch_sizes:
@@ -427,19 +462,21 @@ def profile_pair(target_dir: str | Path, draft_dir: str | Path | None, cfg: Prof
 
     extra = {"context_len": cfg.context_len, "batch_contexts": {str(b): c for b, c in cfg.batch_contexts},
              "dtype": cfg.dtype, "warmup": cfg.warmup, "repeats": cfg.repeats,
-             "method": cfg.method, "clock": cfg.clock}
+             "method": cfg.method, "clock": cfg.clock, "verify": list(cfg.verify)}
     use_clock(cfg.clock, cfg.device)
     if cfg.method == "engine":
         if draft_dir is None and drafter != "mtp":   # mtp drafts with the target's own MTP layer
             raise ValueError("method='engine' needs a draft model (it times speculative engine steps); "
                              "use method='forward' for the target alone")
-        target, draft = profile_engine(target_dir, draft_dir, cfg, drafter=drafter, progress=progress)
+        target, draft, sections = profile_engine(target_dir, draft_dir, cfg, drafter=drafter, progress=progress)
+        extra.update(sections)
         return CostTable(
             device_name(cfg.device), target, draft,
             source=(f"trtspec profile (engine): target={target_dir}, draft={draft_dir}; trtspec runtime engine "
                     f"steps, {cfg.context_len} prompt tokens (per batch: {dict(cfg.batch_contexts) or 'same'}), "
                     f"median of {cfg.repeats} steps interleaved over the grid after {cfg.warmup} warm-up; "
-                    f"draft time fitted as c + D*t, c folded into target; torch {torch.__version__}"),
+                    f"draft time fitted as c + D*t, c folded into target; verification {'/'.join(cfg.verify)}; "
+                    f"torch {torch.__version__}"),
             extra=extra)
 
     from trtspec.runtime.models import load_model
@@ -464,5 +501,5 @@ def profile_pair(target_dir: str | Path, draft_dir: str | Path | None, cfg: Prof
 def grid_points(cfg: ProfileConfig, with_draft: bool) -> int:
     """Number of timed points (for progress bars)."""
     if cfg.method == "engine":
-        return len(cfg.batch_sizes) * len(cfg.tokens)
+        return len(cfg.batch_sizes) * len(cfg.tokens) * len(cfg.verify)
     return len(cfg.batch_sizes) * (len(cfg.tokens) + (len(cfg.draft_tokens) if with_draft else 0))

@@ -1,21 +1,27 @@
 """Traced engine steps: what every step of trtspec's runtime engine drafted, accepted and emitted per
 request, and how long it took, for the predicted-versus-swept comparison (``sweep``).
 
-Two quantities come out of a trace:
+The workload is served the way a server serves it: **continuous batching with refill**. Every
+engine (one per D) has B rows and every prompt queued; when a request finishes, the next one joins
+at the following step. A newcomer's prefill (the target's and the drafter's) runs in an untimed
+:meth:`~trtspec.runtime.engine.Engine.admit` before the timed step, as the planner models decode
+steps only. Two quantities come out of a trace:
 
 * **steady-state decode throughput** at batch B and draft length D: tokens emitted / seconds over
-  the *steady* steps only, those in which all B requests of the batch ran and each drafted the full D
-  tokens. This is what the planner predicts (``B * E[AL](D) / step(B, D)``). Excluded: each batch's
-  first step (prefill), steps after a request finished (the batch has drained below B), and steps
-  whose drafts the engine capped near a request's token budget (fewer than D drafts, smaller AL).
+  the *steady* steps, those in which all B rows were running (from the first step until the queue
+  runs dry; the drain at the end, with fewer than B requests, is excluded). Requests are at every
+  stage of their lives in these steps, as on a server: early and late tokens, and the last steps
+  whose drafts the engine caps at a request's token budget. This is the oracle the planner's
+  ``B * E[AL](D) / step(B, D)`` is judged against. Each steady step also records the context it
+  attended to (the longest request of the batch), which the cost profile then uses.
 * **per-position acceptance with censoring**: position k counts as *reached* in a step that
   proposed at least k drafts and accepted drafts 1..k-1; a_k = accepted_k / reached_k. A step whose
   chain the engine capped below k does not count against position k (summing accepted counts over
   all steps, as ``SpecStats.accepted_per_pos / drafts`` does, would).
 
-:func:`paired_pass` steps one engine per D over the same batch of prompts **in turn** (one step of
-each D, then the next round), so that a slow phase of a shared machine hits every D alike; the
-engines share the pipeline's model weights (:func:`with_draft_len`).
+:func:`paired_pass` steps the engines of all D **in turn** (one step of each D, then the next
+round), so that a slow phase of a shared machine hits every D alike; the engines share the
+pipeline's model weights (:func:`with_draft_len`).
 """
 from __future__ import annotations
 
@@ -31,7 +37,9 @@ def with_draft_len(pipe: Any, draft_len: int) -> Any:
     if draft_len < 0:
         raise ValueError(f"draft_len={draft_len}: expected >= 0")
     view = copy.copy(pipe)
-    view.spec = dataclasses.replace(pipe.spec, draft_len=draft_len, tree=None, draft_len_schedule=None)
+    view.spec = dataclasses.replace(pipe.spec, draft_len=draft_len, tree=None, draft_len_schedule=None,
+                                    speculation="static")
+    view.adaptive = None
     return view
 
 
@@ -70,17 +78,18 @@ class PositionCounts:
 @dataclass
 class Tally:
     """One (B, D) over one pass of the prompts. ``steady_*``: steady steps (see module docstring):
-    engine steps, request-steps, drafts accepted, tokens emitted, seconds; ``all_tokens`` /
-    ``all_s``: every step after each batch's first; ``total_tokens``: every token emitted;
-    ``full_request_steps`` / ``full_accepted``: every request-step (first ones and the drain
-    included) that drafted the full D, and its accepted drafts; ``positions``: acceptance counts
-    over every step (first ones included); ``by_category``: the same per prompt category."""
+    engine steps, request-steps, drafts accepted, tokens emitted, seconds, and the summed context
+    (longest request of the batch, in tokens); ``all_tokens`` / ``all_s``: every timed step (the
+    drain included); ``total_tokens``: every token emitted; ``full_request_steps`` /
+    ``full_accepted``: every request-step that drafted the full D, and its accepted drafts;
+    ``positions``: acceptance counts over every step; ``by_category``: the same per prompt category."""
 
     steady_steps: int = 0
     steady_request_steps: int = 0
     steady_accepted: int = 0
     steady_tokens: int = 0
     steady_s: float = 0.0
+    steady_context: int = 0
     all_tokens: int = 0
     all_s: float = 0.0
     total_tokens: int = 0
@@ -109,6 +118,11 @@ class Tally:
         return 1.0 + self.full_accepted / self.full_request_steps if self.full_request_steps else 1.0
 
     @property
+    def mean_context(self) -> float:
+        """Mean context of the steady steps: tokens of the batch's longest request (0.0 without any)."""
+        return self.steady_context / self.steady_steps if self.steady_steps else 0.0
+
+    @property
     def steady_step_s(self) -> float:
         """Mean seconds per steady engine step (0.0 without any)."""
         return self.steady_s / self.steady_steps if self.steady_steps else 0.0
@@ -121,11 +135,9 @@ class _Tracer:
         self.d, self.batch, self.categories, self.tally = draft_len, batch, categories, tally
         self.prev: dict[Any, tuple[int, int]] = {}
 
-    def record(self, outs: Sequence[Any], seconds: float | None) -> None:
-        """One step's outputs; ``seconds`` None: untimed (the batch's first step)."""
+    def record(self, outs: Sequence[Any], seconds: float | None, context: int = 0) -> None:
+        """One step's outputs; ``seconds`` None: untimed; ``context``: the longest request it attended to."""
         t = self.tally
-        full = len(outs) == self.batch
-        steady = full and seconds is not None
         accepted = emitted = 0
         for o in outs:
             dn0, da0 = self.prev.get(o.request_id, (0, 0))
@@ -133,7 +145,6 @@ class _Tracer:
             self.prev[o.request_id] = (int(o.stats.draft_tokens), int(o.stats.accepted_tokens))
             t.positions.add(dn, da)
             t.by_category.setdefault(self.categories[o.request_id], PositionCounts()).add(dn, da)
-            steady = steady and dn == self.d
             if dn == self.d:
                 t.full_request_steps += 1
                 t.full_accepted += da
@@ -144,42 +155,43 @@ class _Tracer:
             return
         t.all_tokens += emitted
         t.all_s += seconds
-        if steady:
+        if len(outs) == self.batch:   # every row running: steady
             t.steady_steps += 1
             t.steady_request_steps += len(outs)
             t.steady_accepted += accepted
             t.steady_tokens += emitted
             t.steady_s += seconds
+            t.steady_context += context
 
 
 def paired_pass(pipes: Mapping[int, Any], ids: Sequence[list[int]], categories: Sequence[str], batch: int,
                 max_new_tokens: int, now: Callable[[], float]) -> dict[int, Tally]:
-    """Decode ``ids`` (prompt token ids; ``categories`` alongside) ``batch`` at a time with one
-    engine per D (``pipes``: D -> pipeline), stepping the engines of a batch in turn; returns a
-    :class:`Tally` per D. Greedy, ``max_new_tokens`` per request; ``now`` is the clock."""
+    """Decode ``ids`` (prompt token ids; ``categories`` alongside) with continuous batching on
+    ``batch`` rows, one engine per D (``pipes``: D -> pipeline), the engines stepped in turn; a
+    finished request's row goes to the next prompt, whose prefill runs untimed before the step.
+    Returns a :class:`Tally` per D. Greedy, ``max_new_tokens`` per request; ``now`` is the clock."""
     if len(ids) != len(categories):
         raise ValueError(f"categories: expected one per prompt ({len(ids)}), got {len(categories)}")
-    tallies = {d: Tally() for d in pipes}
     any_pipe = next(iter(pipes.values()))
     ctx = int(any_pipe.target.config.max_position_embeddings)
     cats = {i: c for i, c in enumerate(categories)}
-    for start in range(0, len(ids), batch):
-        chunk = list(range(start, min(start + batch, len(ids))))
-        longest = max(len(ids[i]) for i in chunk)
-        engines, tracers = {}, {}
-        for d, pipe in pipes.items():
-            eng = pipe.engine(max_batch_size=len(chunk), max_seq_len=min(ctx, longest + max_new_tokens + 1))
-            for i in chunk:
-                eng.add_request(i, ids[i], pipe.params(max_new_tokens=max_new_tokens))
-            engines[d] = eng
-            tracers[d] = _Tracer(d, batch, cats, tallies[d])
-            tracers[d].record(eng.step(), None)  # prefill + first step: untimed
-        while True:
-            live = [d for d, e in engines.items() if e.has_work()]
-            if not live:
-                break
-            for d in live:
-                t0 = now()
-                outs = engines[d].step()
-                tracers[d].record(outs, now() - t0)
+    longest = max(len(x) for x in ids)
+    engines, tracers = {}, {}
+    tallies = {d: Tally() for d in pipes}
+    for d, pipe in pipes.items():
+        eng = pipe.engine(max_batch_size=batch, max_seq_len=min(ctx, longest + max_new_tokens + 1))
+        for i, prompt in enumerate(ids):
+            eng.add_request(i, prompt, pipe.params(max_new_tokens=max_new_tokens))
+        engines[d], tracers[d] = eng, _Tracer(d, batch, cats, tallies[d])
+    while True:
+        live = [d for d, e in engines.items() if e.has_work()]
+        if not live:
+            break
+        for d in live:
+            eng = engines[d]
+            eng.admit()                                         # newcomers' prefill: untimed
+            context = max(r.cache_len + 1 for r in eng.running)
+            t0 = now()
+            outs = eng.step()
+            tracers[d].record(outs, now() - t0, context)
     return tallies

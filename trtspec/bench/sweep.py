@@ -1,14 +1,14 @@
 """Predicted versus swept draft length.
 
-For every batch size B and draft length D in the grid, the local runtime decodes the same prompts
-B at a time, one engine per D stepped in turn on each batch (``trtspec.bench.steps``), and the
-**steady-state** decode throughput is measured: tokens over seconds of the steps in which all B
-requests ran with the full D drafts (not each batch's first step, which holds the prefill, nor the
-drain after a request finished, nor steps whose drafts the token budget capped). That is the
-quantity the planner predicts, ``B * E[AL](D) / step(B, D)``. The acceptance (censoring-aware
-per-position counts at the largest D, :func:`sweep_acceptance`) and a cost table (``trtspec profile``,
-engine method, at the context the workload's batches attend to, :func:`workload_contexts`) then
-give, per B:
+For every batch size B and draft length D in the grid, the local runtime serves the same prompts
+with continuous batching on B rows (more prompts than B: a finished request's row goes to the next
+prompt, its prefill untimed), one engine per D, the engines stepped in turn (``trtspec.bench.steps``),
+and the **steady-state** decode throughput is measured: tokens over seconds of the steps in which
+all B rows were running, requests at every stage of their lives -- what a server at concurrency B
+sees, and the quantity the planner predicts, ``B * E[AL](D) / step(B, D)``. The acceptance
+(censoring-aware per-position counts at the largest D, :func:`sweep_acceptance`) and a cost table
+(``trtspec profile``, engine method, at the context the steady steps attended to, measured per B:
+:func:`measured_contexts`) then give, per B:
 
 * ``planner``: the D that the recipe planner (``trtspec.recipes``: ``build_request`` + ``plan``,
   as ``resolve_recipe('auto')`` runs it) chooses with that acceptance and calibration for exactly
@@ -18,7 +18,8 @@ give, per B:
 * ``best_d``: the measured best; ``fixed3``: D = 3; ``auto``: TensorRT-LLM's AUTO heuristic
   (D = 5 for B <= 4, else 3; speculation off above 32);
 
-and the ratio of each choice's measured throughput to the best one's (goal: planner >= 0.95).
+and the ratio of each choice's measured throughput to the best one's (goals: planner >= 0.97, and
+not more than 0.02 below fixed3).
 :func:`format_detail` prints predicted next to measured step time, E[AL] and tokens/s per (B, D).
 """
 from __future__ import annotations
@@ -34,7 +35,10 @@ from trtspec.bench.datasets import Prompt
 from trtspec.bench.runners import LocalRunner
 from trtspec.bench.steps import PositionCounts, Tally, paired_pass, with_draft_len
 
-TARGET_RATIO = 0.95
+#: goals of the comparison: the planner's D >= TARGET_RATIO of the best swept D, and not more than
+#: FIXED3_MARGIN below a fixed D = 3
+TARGET_RATIO = 0.97
+FIXED3_MARGIN = 0.02
 
 
 def auto_heuristic(batch: int) -> int:
@@ -51,7 +55,10 @@ class SweepConfig:
     for both the sweep and the cost table; ``acceptance``: the planner's a_k from the counts at the
     largest D ('max_d', default) or pooled over every swept D >= 1 ('pooled'); ``prior_steps``
     (default 0: none): pseudo-steps that shrink each a_k toward the pooled rate (see
-    ``metrics.summarize_positions``)."""
+    ``metrics.summarize_positions``); ``requests_per_slot`` (default 3) and ``min_requests``
+    (default 12): batch size B serves the first ``max(min_requests, requests_per_slot * B + 1)`` of
+    the prompts (at most all of them), enough to refill its rows while small batches, the dearest per
+    token, serve fewer."""
 
     draft_lens: tuple[int, ...] = tuple(range(0, 9))
     batch_sizes: tuple[int, ...] = (1, 4, 16)
@@ -61,6 +68,8 @@ class SweepConfig:
     clock: str = "wall"
     acceptance: str = "max_d"
     prior_steps: float = 0.0
+    requests_per_slot: int = 3
+    min_requests: int = 12
 
     def __post_init__(self) -> None:
         if not self.draft_lens or any(d < 0 for d in self.draft_lens):
@@ -76,6 +85,9 @@ class SweepConfig:
             raise ValueError(f"acceptance={self.acceptance!r}: expected 'max_d' or 'pooled'")
         if self.prior_steps < 0:
             raise ValueError(f"prior_steps={self.prior_steps}: expected >= 0")
+        if self.requests_per_slot < 1 or self.min_requests < 1:
+            raise ValueError(f"requests_per_slot={self.requests_per_slot}, min_requests={self.min_requests}: "
+                             "expected >= 1")
         object.__setattr__(self, "draft_lens", tuple(sorted(set(self.draft_lens))))
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
 
@@ -84,11 +96,11 @@ class SweepConfig:
 class Point:
     """One measured (B, D) in steady state (see ``trtspec.bench.steps``): ``output_tokens`` and
     ``wall_s`` summed over repeats, median ``tokens_per_s`` and ``step_s`` (seconds per engine step),
-    ``mean_al`` over the steady request-steps, ``steady_steps`` engine steps in all,
-    ``all_tokens_per_s``: median over every step after each batch's first (the batch draining),
-    ``full_al``: AL over every request-step with the full D (whole requests: the steady window at
-    B > 1 covers only their early tokens), and ``cb_tokens_per_s`` = B * full_al / step_s, the
-    continuous-batching rate these measured parts compose to (a cross-check, not the verdict)."""
+    ``mean_al`` over the steady request-steps (budget-capped last steps included), ``steady_steps``
+    engine steps in all, ``all_tokens_per_s``: median over every timed step (the drain included),
+    ``full_al``: AL over every request-step with the full D, ``cb_tokens_per_s`` = B * full_al /
+    step_s (a cross-check: the rate without the budget caps), and ``context``: mean tokens of the
+    longest request in the steady steps (what their attention read)."""
 
     batch: int
     draft_len: int
@@ -101,6 +113,7 @@ class Point:
     all_tokens_per_s: float = 0.0
     full_al: float = 0.0
     cb_tokens_per_s: float = 0.0
+    context: float = 0.0
 
 
 @dataclass
@@ -127,28 +140,31 @@ def encode_prompts(runner: LocalRunner, prompts: Sequence[Prompt], max_new_token
 def measure_grid(runner: LocalRunner, prompts: Sequence[Prompt], cfg: SweepConfig, *,
                  progress: Callable[[], None] | None = None) -> tuple[list[Point], dict[int, PositionCounts],
                                                                        dict[int, dict[str, PositionCounts]]]:
-    """Measure every (B, D) on the same workload: all ``prompts`` (``cfg.rounds`` passes), B at a
-    time, one engine per D stepped in turn on each batch (``steps.paired_pass``; the engines share
-    ``runner``'s models). After an untimed warm-up per B, the grid is measured ``cfg.repeats`` times;
-    each point keeps its median steady-state tokens/s and step time. Returns the points and, per D,
-    the censoring-aware acceptance counts of the first pass at the smallest B, overall and per category."""
+    """Measure every (B, D) on the same workload: all ``prompts`` (``cfg.rounds`` passes) served with
+    continuous batching on B rows, one engine per D, the engines stepped in turn (``steps.paired_pass``;
+    they share ``runner``'s models). After an untimed warm-up per B, the grid is measured
+    ``cfg.repeats`` times; each point keeps its median steady-state tokens/s and step time. Batch
+    size B serves the first ``max(cfg.min_requests, cfg.requests_per_slot * B + 1)`` prompts. Returns
+    the points and, per D, the censoring-aware acceptance counts of the first pass at the largest B
+    (it serves the most prompts; greedy outputs do not depend on B), overall and per category."""
     import statistics
 
     if not prompts:
         raise ValueError("prompts: need at least one prompt")
     work = list(prompts) * cfg.rounds
-    if len(work) < max(cfg.batch_sizes):
-        raise ValueError(f"prompts: {len(work)} prompts x rounds cannot fill batch size {max(cfg.batch_sizes)}; "
-                         "steady-state steps need full batches")
+    if len(work) <= max(cfg.batch_sizes):
+        raise ValueError(f"prompts: {len(work)} prompts x rounds cannot refill batch size {max(cfg.batch_sizes)}; "
+                         "continuous batching needs more prompts than the largest batch")
     ids = encode_prompts(runner, work, cfg.max_new_tokens)
     cats = [p.category for p in work]
     pipes = {d: with_draft_len(runner.pipeline, d) for d in cfg.draft_lens}
     for b in cfg.batch_sizes:  # warm-up, untimed: first calls at these shapes
-        paired_pass(pipes, ids[:b], cats[:b], b, min(cfg.max_new_tokens, 8), runner.now)
+        paired_pass(pipes, ids[:b + 1], cats[:b + 1], b, min(cfg.max_new_tokens, 8), runner.now)
     runs: dict[tuple[int, int], list[Tally]] = {}
     for _ in range(cfg.repeats):
         for b in cfg.batch_sizes:
-            for d, t in paired_pass(pipes, ids, cats, b, cfg.max_new_tokens, runner.now).items():
+            n = min(len(ids), max(cfg.min_requests, cfg.requests_per_slot * b + 1))
+            for d, t in paired_pass(pipes, ids[:n], cats[:n], b, cfg.max_new_tokens, runner.now).items():
                 runs.setdefault((b, d), []).append(t)
                 if progress is not None:
                     progress()
@@ -162,10 +178,12 @@ def measure_grid(runner: LocalRunner, prompts: Sequence[Prompt], cfg: SweepConfi
         al = 1.0 + sum(t.steady_accepted for t in ts) / req_steps if req_steps else 1.0
         full_steps = sum(t.full_request_steps for t in ts)
         full_al = 1.0 + sum(t.full_accepted for t in ts) / full_steps if full_steps else 1.0
+        n_steady = sum(t.steady_steps for t in ts)
         points.append(Point(b, d, sum(t.steady_tokens for t in ts), sum(t.steady_s for t in ts), tps, al, step,
-                            sum(t.steady_steps for t in ts), statistics.median(t.all_tokens_per_s for t in ts),
-                            full_al, b * full_al / step if step else 0.0))
-    b0 = min(cfg.batch_sizes)
+                            n_steady, statistics.median(t.all_tokens_per_s for t in ts),
+                            full_al, b * full_al / step if step else 0.0,
+                            sum(t.steady_context for t in ts) / n_steady if n_steady else 0.0))
+    b0 = max(cfg.batch_sizes)
     counts = {d: runs[b0, d][0].positions for d in cfg.draft_lens}
     by_cat = {d: runs[b0, d][0].by_category for d in cfg.draft_lens}
     return points, counts, by_cat
@@ -241,8 +259,8 @@ def compare(points: Sequence[Point], rates: Sequence[float], cost: Any, planner:
 
 
 def format_detail(verdicts: Sequence[BatchVerdict], points: Sequence[Point]) -> str:
-    """Predicted versus measured per (B, D): step time (ms), E[AL] (steady window, predicted, whole
-    requests), tokens/s and their ratios, and the continuous-batching composition ``cb tok/s``."""
+    """Predicted versus measured per (B, D): step time (ms), E[AL] (steady steps, predicted, full-D
+    request-steps), tokens/s and their ratios, and the uncapped composition ``cb tok/s``."""
     meas = {(p.batch, p.draft_len): p for p in points}
     head = (f"{'B':>4} {'D':>2} | {'step ms':>7} {'pred':>7} {'p/m':>5} | {'AL':>5} {'pred':>5} {'whole':>5} | "
             f"{'tok/s':>8} {'pred':>8} {'p/m':>5} | {'cb tok/s':>8}")
@@ -272,16 +290,14 @@ def format_table(verdicts: Sequence[BatchVerdict]) -> str:
     return "\n".join(lines)
 
 
-def workload_contexts(ids: Sequence[list[int]], batch_sizes: Sequence[int], max_new_tokens: int, context: int,
-                      reserve: int) -> tuple[tuple[int, int], ...]:
-    """(B, tokens) per batch size: the mean over full batches of the longest prompt, plus half of
-    ``max_new_tokens`` (the mid-decode length), at most ``context - reserve`` -- the context the
-    sweep's steps attend to (a batch's attention reads up to its longest request)."""
+def measured_contexts(points: Sequence[Point], context: int, reserve: int) -> tuple[tuple[int, int], ...]:
+    """(B, tokens) per batch size: the mean over D of the points' steady-step context (the longest
+    request of each batch, what its attention read), at most ``context - reserve``."""
     out = []
-    for b in batch_sizes:
-        chunks = [ids[i:i + b] for i in range(0, len(ids) - b + 1, b)] or [ids]
-        mean_longest = sum(max(len(x) for x in c) for c in chunks) / len(chunks)
-        out.append((b, max(1, min(round(mean_longest) + max_new_tokens // 2, context - reserve))))
+    for b in sorted({p.batch for p in points}):
+        ctxs = [p.context for p in points if p.batch == b and p.context > 0]
+        if ctxs:
+            out.append((b, max(1, min(round(sum(ctxs) / len(ctxs)), context - reserve))))
     return tuple(out)
 
 
@@ -316,8 +332,8 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
               profile_cfg: Any = None, progress: Callable[[], None] | None = None) -> dict[str, Any]:
     """Measure the grid, write ``acceptance.json`` (:func:`sweep_acceptance`) and, unless
     ``calibration`` is given, ``cost_table.json`` (``trtspec profile`` on the same grid, engine
-    method, median of 15 interleaved steps per point, at the workload's context per batch size:
-    :func:`workload_contexts`), then compare.
+    method, median of 15 interleaved steps per point, at the context the sweep's steady steps read
+    per batch size: :func:`measured_contexts`), then compare.
     Returns (and writes to ``sweep.json``) points, verdicts, the tables' text and the counts per D."""
     from trtspec.bench.profile import ProfileConfig, profile_pair, use_clock
     from trtspec.bench.runners import resolve_pair
@@ -342,12 +358,11 @@ def run_sweep(target: str | Path, draft: str | Path | None, prompts: Sequence[Pr
                                    f"{device}")
     acc_path = prof.save(out / "acceptance.json")
     if calibration is None:
-        ids = encode_prompts(runner, list(prompts) * cfg.rounds, cfg.max_new_tokens)
         ctx = int(runner.pipeline.target.config.max_position_embeddings)
         pc = profile_cfg or ProfileConfig(
             batch_sizes=cfg.batch_sizes, tokens=tuple(d + 1 for d in cfg.draft_lens), draft_tokens=(1,),
             device=device, dtype=dtype, clock=cfg.clock, repeats=15,
-            batch_contexts=workload_contexts(ids, cfg.batch_sizes, cfg.max_new_tokens, ctx, 3 * (dmax + 2) + 1))
+            batch_contexts=measured_contexts(points, ctx, 3 * (dmax + 2) + 1))
         calibration = profile_pair(target_dir, draft, pc, drafter=drafter).save(out / "cost_table.json")
     t2 = time.perf_counter()
     cost = load_cost_table(calibration)

@@ -22,7 +22,9 @@ TENSORRT_DRAFTERS = ("draft_model", "eagle3")
 #: their per-token rejection sampler (greedy and sample: requests pick greedy or sampled decoding at run time).
 VERIFY_METHODS = ("greedy", "sample", "block")
 #: static: each engine's per-batch draft length (or one setting); adaptive: the engine's own adaptive mode where the
-#: version has one (vLLM enable_adaptive_verification for DSpark, SGLang --speculative-adaptive for EAGLE-3 chains).
+#: version has one (vLLM enable_adaptive_verification for DSpark, SGLang --speculative-adaptive for EAGLE-3 chains),
+#: and the trtspec runtime's controller in the bundle's Triton model (each step's draft lengths from measured step
+#: costs and live acceptance).
 SPECULATION_MODES = ("static", "adaptive")
 #: --quant -> the Q/DQ format of the ONNX graphs of --backend tensorrt (trtspec.onnx.qdq.QUANT_FORMATS).
 TENSORRT_QUANTS = {"none": "none", "fp8": "fp8", "int8_sq": "int8", "int4_awq": "int4_awq"}
@@ -87,7 +89,8 @@ class BuildOptions(BaseModel):
     speculation: Literal[SPECULATION_MODES] = Field(default="static", description="static: the planned per-batch "
                                                     "draft lengths; adaptive: also each engine's own adaptive mode "
                                                     "where its version has one (the bundle README says where the "
-                                                    "schedule stays static).")
+                                                    "schedule stays static), and the bundle's Triton model chooses "
+                                                    "each step's draft lengths on the trtspec runtime.")
     device: Literal["cpu", "cuda"] = Field(default="cpu", description="Where calibration runs.")
     out: Path = Field(default=Path("trtspec-out/demo"), description="Bundle directory (written atomically).")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Cache of quantized checkpoints.")

@@ -396,7 +396,7 @@ def _build(opts: BuildOptions, *, dry_run: bool, console, quiet: bool,
 
             if _triton_available():
                 def s_triton(adv):
-                    summary = write_triton(tmp, out)
+                    summary = write_triton(tmp, out, speculation=opts.speculation)
                     with open(tmp / "README.md", "a") as f:
                         f.write("- `triton/`: Triton Inference Server model repository "
                                 "(`tritonserver --model-repository=triton`)\n")
@@ -440,16 +440,19 @@ def _triton_available() -> bool:
             and importlib.util.find_spec("trtspec.triton.repository") is not None)
 
 
-def write_triton(tmp: Path, final: Path) -> str:
-    """Hook: ``trtspec.triton.repository.write_repository(bundle_dir, out_dir)`` into ``<bundle>/triton``.
+def write_triton(tmp: Path, final: Path, speculation: str = "static") -> str:
+    """Hook: ``trtspec.triton.repository.write_repository(bundle_dir, out_dir)`` into ``<bundle>/triton``,
+    its model's ``speculation`` parameter from ``build --speculation``.
 
     It runs on the temporary bundle; any absolute path of the temporary directory the repository
     writes into its text files is rewritten to the final ``--out`` path before the rename.
     """
-    from trtspec.triton.repository import write_repository
+    from dataclasses import replace
+
+    from trtspec.triton.repository import default_settings, write_repository
 
     repo = tmp / "triton"
-    write_repository(tmp, repo)
+    write_repository(tmp, repo, settings=replace(default_settings(tmp), speculation=speculation))
     old, new = str(tmp.absolute()), str(Path(final).expanduser().absolute())
     n = 0
     for p in repo.rglob("*"):

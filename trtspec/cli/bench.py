@@ -33,6 +33,10 @@ def _csv(values) -> str:
 @click.option("--drafter", type=click.Choice(DRAFTERS), **_b("drafter"))
 @click.option("--draft-len", type=int, **_b("draft_len"))
 @click.option("--verify", type=click.Choice(["greedy", "sample", "block"]), **_b("verify"))
+@click.option("--speculation", type=click.Choice(["static", "adaptive"]), **_b("speculation"))
+@click.option("--cost-table", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="--speculation adaptive: the device's step costs (`trtspec profile --verify greedy,sample`) "
+                   "[default: the bundle's cost_table.json, else measured before the run].")
 @click.option("--device", **_b("device"))
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), **_b("dtype"))
 @click.option("--unquantized-target", **_b("unquantized_target"))
@@ -76,7 +80,7 @@ def _csv(values) -> str:
 @click.option("--gpu", default="h200", show_default=True,
               help="Sweep mode: GPU name passed to the planner (the calibration replaces its step times).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
-def bench(target, draft, drafter, draft_len, verify, device, dtype, unquantized_target, server, server_model,
+def bench(target, draft, drafter, draft_len, verify, speculation, cost_table, device, dtype, unquantized_target, server, server_model,
           metrics_url, engine, triton,
           tokenizer, dataset, dataset_config, categories, limit_per_category, code_prompts, max_new_tokens, temperature, top_k,
           top_p, seed, concurrency, single_turn, ci, out, no_plots, sweep_draft_len, sweep_batch, rounds, repeats,
@@ -102,6 +106,7 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, unquantized_
     try:
         cfg = BenchConfig(dataset=dataset, config=dataset_config, limit_per_category=limit_per_category,
                           code_prompts=code_prompts, drafter=drafter, draft_len=draft_len, verify=verify,
+                          speculation=speculation,
                           device=device, dtype=dtype, unquantized_target=unquantized_target, engine=engine, ci=ci,
                           out=str(out))
         run_cfg = RunConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -155,9 +160,13 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, unquantized_
         try:
             runner = LocalRunner.load(target, draft, drafter=cfg.drafter, draft_len=cfg.draft_len, verify=cfg.verify,
                                       device=cfg.device, dtype=cfg.dtype)
+            if cfg.speculation == "adaptive":
+                _adapt(console, runner, target, draft, cfg, cost_table)
         except (ValueError, FileNotFoundError) as e:
             raise click.UsageError(str(e)) from None
     base_runner = _load_baseline(target, draft, baseline, cfg) if baseline is not None else None
+    if base_runner is not None and cfg.speculation == "adaptive":   # the same controller settings on both
+        base_runner.pipeline = base_runner.pipeline.with_speculation("adaptive", runner.pipeline.adaptive)
     turns = sum(len(p.turns) if run_cfg.multiturn else 1 for p in prompts)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"bench ({len(prompts)} prompts)", total=len(prompts) if not local else turns)
@@ -165,7 +174,8 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, unquantized_
     profile = build_run_profile(run, drafter=cfg.drafter, draft_len=cfg.draft_len, ci_method=cfg.ci, seed=seed)
     tput = throughput(run.records, run.wall_s) if run.wall_s > 0 else None
     meta = {"runner": "server" if server else "triton" if triton else "local", "target": str(target or server or triton),
-            "draft": str(draft), "drafter": cfg.drafter, "draft_len": cfg.draft_len, "dataset": cfg.dataset,
+            "draft": str(draft), "drafter": cfg.drafter, "draft_len": cfg.draft_len, "speculation": cfg.speculation,
+            "dataset": cfg.dataset,
             "config": cfg.config, "prompts": len(prompts), "max_new_tokens": run_cfg.max_new_tokens,
             "temperature": run_cfg.temperature, "concurrency": run_cfg.concurrency, "ci": cfg.ci}
     if server and run.category_deltas:  # the engine whose metrics answered (trtspec calibrate reads it)
@@ -196,6 +206,22 @@ def bench(target, draft, drafter, draft_len, verify, device, dtype, unquantized_
             console.print(f"  {c:<14} AL {r['quantized']['mean_al']:.3f} quantized vs {r['unquantized']['mean_al']:.3f}"
                           f"  (delta {r['delta']:+.3f}" + (f", CI [{d[0]:+.3f}, {d[1]:+.3f}])" if d else ")"))
     console.print(f"[green]wrote[/] {paths['acceptance']}, {paths['report']}")
+
+
+def _adapt(console, runner, target, draft, cfg, cost_table):
+    """Switch the local runner to adaptive speculation (step costs and prior: ``trtspec.bench.adaptive``)."""
+    from trtspec.bench.adaptive import adaptive_config
+    from trtspec.bench.runners import resolve_pair
+
+    target_dir, bundle_draft, _ = resolve_pair(target)
+    bundle = Path(target) if target_dir != Path(target) else None
+    if cost_table is None and (bundle is None or not (bundle / "cost_table.json").is_file()):
+        console.print("measuring this device's step costs for adaptive speculation (no --cost-table)")
+    pipe = runner.pipeline
+    runner.pipeline = pipe.with_speculation("adaptive", adaptive_config(
+        pipe, cfg.drafter, cost_table=cost_table, bundle=bundle, target=target_dir,
+        draft=draft if draft is not None else bundle_draft))
+    runner.source += ", speculation=adaptive"
 
 
 def _baseline(local, target, cfg):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtspec.runtime.params import DRAFTERS, VERIFY_METHODS, SamplingParams, SpecConfig
+from trtspec.runtime.params import DRAFTERS, SPECULATION_MODES, VERIFY_METHODS, SamplingParams, SpecConfig
 
 _S, _P = SamplingParams(), SpecConfig()
 
@@ -72,6 +72,13 @@ def _default_pair(drafter: str) -> tuple[Path, Path | None]:
                    "above: 0). Overrides --draft-len.")
 @click.option("--verify", type=click.Choice(VERIFY_METHODS),
               help="Verification: greedy (default at temperature 0), sample (default above 0), block (chains).")
+@click.option("--speculation", type=click.Choice(SPECULATION_MODES), default=_P.speculation, show_default=True,
+              help="static: --draft-len (or the schedule's D) every step; adaptive: each step's draft lengths in "
+                   "0..D chosen for the batch's best expected tokens/s from the device's step costs and each "
+                   "request's live acceptance.")
+@click.option("--cost-table", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="--speculation adaptive: the device's step costs (`trtspec profile --verify greedy,sample`) "
+                   "[default: measured before generating].")
 @click.option("--temperature", type=float, default=_S.temperature, show_default=True, help="0 = greedy.")
 @click.option("--top-k", "top_k", type=int, default=_S.top_k, show_default=True, help="0 = off.")
 @click.option("--top-p", "top_p", type=float, default=_S.top_p, show_default=True, help="1.0 = off.")
@@ -82,8 +89,8 @@ def _default_pair(drafter: str) -> tuple[Path, Path | None]:
 @click.option("--device", default="cpu", show_default=True, help="cpu | cuda | cuda:N.")
 @click.option("--threads", type=int, default=0, show_default=True, help="CPU threads for torch (0 = torch's default).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (texts and metrics) instead of tables.")
-def generate(prompts, target, draft, drafter, draft_len, tree, schedule, verify, temperature, top_k, top_p, max_new_tokens,
-             seed, batch_file, device, threads, as_json):
+def generate(prompts, target, draft, drafter, draft_len, tree, schedule, verify, speculation, cost_table, temperature,
+             top_k, top_p, max_new_tokens, seed, batch_file, device, threads, as_json):
     """Generate text for PROMPTS with speculative decoding and print the metrics (AL, tokens/s)."""
     all_prompts = list(prompts) + (_read_batch_file(batch_file) if batch_file else [])
     if not all_prompts:
@@ -112,6 +119,16 @@ def generate(prompts, target, draft, drafter, draft_len, tree, schedule, verify,
                              draft_len_schedule=_parse_schedule(schedule), device=device, seed=seed)
     except (ValueError, ModelFormatError) as e:
         raise click.UsageError(str(e)) from None
+    if speculation == "adaptive":
+        from trtspec.bench.adaptive import adaptive_config
+
+        if cost_table is None and not as_json:
+            click.echo("measuring this device's step costs for adaptive speculation (no --cost-table)", err=True)
+        try:
+            pipe = pipe.with_speculation("adaptive", adaptive_config(pipe, drafter, cost_table=cost_table,
+                                                                     target=target, draft=draft))
+        except ValueError as e:
+            raise click.UsageError(f"--cost-table: {e}") from None
     with _progress(as_json, len(all_prompts) * max_new_tokens) as advance:
         try:
             gens = pipe.generate(all_prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
@@ -122,7 +139,7 @@ def generate(prompts, target, draft, drafter, draft_len, tree, schedule, verify,
     if as_json:
         click.echo(json.dumps({
             "target": str(target), "draft": None if draft is None else str(draft), "drafter": drafter,
-            "spec": {"draft_len": pipe.spec.draft_len, "tree": tree, "verify": verify},
+            "spec": {"draft_len": pipe.spec.draft_len, "tree": tree, "verify": verify, "speculation": speculation},
             "generations": [{"prompt": p, "text": g.text, "token_ids": g.token_ids, "stats": g.stats.to_dict()}
                             for p, g in zip(all_prompts, gens)],
             "stats": total.to_dict(),

@@ -52,11 +52,14 @@ def _csv(values) -> str:
 @click.option("--method", type=click.Choice(["engine", "forward"]), default=_D.method, show_default=True,
               help="engine: time trtspec runtime steps (draft time fitted c + D*t, c folded into the target); "
                    "forward: bare model forwards (no runtime overhead).")
+@click.option("--verify", default=_csv(_D.verify), show_default=True,
+              help="Verification methods timed (--method engine): 'greedy' or 'greedy,sample' (adds the table's "
+                   "'sample' section: sampled steps build probability rows; adaptive speculation prices them).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("cost_table.json"), show_default=True,
               help="Where to write the cost table (read by `trtspec plan --calibration`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON on stdout.")
 def profile(target, draft, drafter, batch_sizes, tokens, draft_tokens, context_len, warmup, repeats, device, dtype,
-            clock, method, out, as_json):
+            clock, method, verify, out, as_json):
     """Measure the target's step time T(B, tokens per request) and the draft model's step time on
     this device (warm-up, repeats, median) and write cost_table.json for `trtspec plan --calibration`."""
     from rich.console import Console
@@ -69,7 +72,7 @@ def profile(target, draft, drafter, batch_sizes, tokens, draft_tokens, context_l
     try:
         cfg = ProfileConfig(batch_sizes=batch_sizes, tokens=tokens, draft_tokens=draft_tokens,
                             context_len=context_len, warmup=warmup, repeats=repeats, device=device, dtype=dtype,
-                            method=method, clock=clock)
+                            method=method, clock=clock, verify=tuple(v.strip() for v in verify.split(",")))
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if target is None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtspec.triton.protocol import VERIFY_METHODS, ModelSettings
+from trtspec.triton.protocol import SPECULATION_MODES, VERIFY_METHODS, ModelSettings
 from trtspec.triton.server import ServeConfig
 
 _D = ServeConfig()
@@ -35,9 +35,15 @@ def _port(name: str, default: int):
                    "(lossless rejection sampling) or block (block verification, chains).")
 @click.option("--draft-len", type=click.IntRange(min=0), default=None,
               help="trtspec runtime: a fixed draft length (0 = no speculation) [default: the bundle's].")
+@click.option("--speculation", type=click.Choice(SPECULATION_MODES), default=_M.speculation, show_default=True,
+              help="trtspec runtime: static (the bundle's schedule, or --draft-len) or adaptive (each step's draft "
+                   "lengths up to that D, chosen from the device's step costs and each request's live acceptance).")
+@click.option("--cost-table", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="--speculation adaptive: the device's step costs (`trtspec profile --verify greedy,sample`) "
+                   "[default: the bundle's cost_table.json, else measured when the model loads].")
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line once ready.")
 def serve(bundle, http_port, grpc_port, metrics_port, host, model_name, repo, ready_timeout, verify, draft_len,
-          as_json):
+          speculation, cost_table, as_json):
     """Serve BUNDLE with tritonserver: write its model repository, start the server, wait until the
     model is ready, print the endpoints, and stop cleanly on Ctrl-C (SIGINT) or SIGTERM."""
     import shutil
@@ -66,7 +72,8 @@ def serve(bundle, http_port, grpc_port, metrics_port, host, model_name, repo, re
     server = None
     try:
         try:
-            settings = replace(default_settings(bundle), verify=verify, draft_len=draft_len)
+            settings = replace(default_settings(bundle), verify=verify, draft_len=draft_len, speculation=speculation,
+                               cost_table=None if cost_table is None else cost_table.resolve())
             write_repository(bundle, repository, cfg.model_name, settings=settings)
         except (BundleError, ValueError) as e:
             raise click.BadParameter(str(e), param_hint="--bundle") from e

@@ -84,18 +84,30 @@ class Pipeline:
     """A loaded target + drafter. ``generate`` runs a batch to completion; ``engine`` gives a
     continuous-batching :class:`Engine` on the same models."""
 
-    def __init__(self, target, drafter: Drafter, spec: SpecConfig, tokenizer: Tokenizer, stop_ids, target_dir):
+    def __init__(self, target, drafter: Drafter, spec: SpecConfig, tokenizer: Tokenizer, stop_ids, target_dir,
+                 adaptive=None):
         self.target, self.drafter, self.spec, self.tokenizer = target, drafter, spec, tokenizer
         self.stop_token_ids, self.target_dir = stop_ids, target_dir
+        self.adaptive = adaptive     # AdaptiveConfig of spec.speculation == "adaptive"
 
     def engine(self, *, max_batch_size: int = 8, max_seq_len: int | None = None, seed: int | None = None) -> Engine:
         spec = self.spec if seed is None else dataclasses.replace(self.spec, seed=seed)
-        return Engine(self.target, self.drafter, spec, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
+        return Engine(self.target, self.drafter, spec, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
+                      adaptive=self.adaptive)
 
     def without_speculation(self) -> "Pipeline":
         """The same target and tokenizer with no drafter (D = 0): the baseline for speed comparisons."""
-        base = dataclasses.replace(self.spec, draft_len=0, tree=None, draft_len_schedule=None)
+        base = dataclasses.replace(self.spec, draft_len=0, tree=None, draft_len_schedule=None, speculation="static")
         return Pipeline(self.target, _NoDrafter(self.target.lm_head.weight.device), base, self.tokenizer, self.stop_token_ids, self.target_dir)
+
+    def with_speculation(self, speculation: str, adaptive=None) -> "Pipeline":
+        """A view sharing the models whose engines run ``speculation`` (static | adaptive; adaptive
+        needs ``adaptive``, an :class:`~trtspec.runtime.controller.AdaptiveConfig`)."""
+        if speculation == "adaptive" and adaptive is None:
+            raise ValueError("speculation='adaptive' needs an AdaptiveConfig (the device's step costs)")
+        spec = dataclasses.replace(self.spec, speculation=speculation)
+        return Pipeline(self.target, self.drafter, spec, self.tokenizer, self.stop_token_ids, self.target_dir,
+                        adaptive if speculation == "adaptive" else None)
 
     def params(self, **kw) -> SamplingParams:
         """SamplingParams with this pipeline's stop tokens."""
@@ -167,7 +179,8 @@ def _default_draft_len(draft, drafter: str) -> int:
 def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len: int | None = None,
                   tree: TreeShape | str | None = None, verify: str = "greedy",
                   draft_len_schedule: dict[int, int] | None = None, device: str = "cpu",
-                  dtype: torch.dtype = torch.float32, quant_activations: bool = True, **spec_kw) -> Pipeline:
+                  dtype: torch.dtype = torch.float32, quant_activations: bool = True, adaptive=None,
+                  **spec_kw) -> Pipeline:
     """Load a target (and a drafter) from Hugging Face directories; every check runs before any weight loads.
 
     Args:
@@ -177,8 +190,11 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
             ``mtp`` (the target's own MTP layer). With a model drafter and no draft, only ``draft_len=0`` is
             allowed.
         drafter: draft_model | ngram | eagle3 | mtp | dflash | dspark.  tree: ``TreeShape`` or ``"topk=K,depth=L"``.
-        draft_len, verify, draft_len_schedule, **spec_kw: see :class:`SpecConfig`; ``draft_len=None``: its
-            default, except for a block drafter: all the drafts of its block.
+        draft_len, verify, draft_len_schedule, **spec_kw: see :class:`SpecConfig` (``speculation="adaptive"``
+            needs ``adaptive``); ``draft_len=None``: its default, except for a block drafter: all the drafts of
+            its block.
+        adaptive: :class:`~trtspec.runtime.controller.AdaptiveConfig` (step costs, acceptance prior)
+            of adaptive speculation.
         device, dtype: where and in what precision the models run.
         quant_activations: for a quantized (NVIDIA Model-Optimizer) target or draft, also simulate its
             activation and FP8 KV-cache quantizers (default); False dequantizes the weights only.
@@ -195,6 +211,8 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
     if draft_len is None:
         draft_len = _default_draft_len(draft, drafter)
     spec = SpecConfig(draft_len=draft_len, tree=tree, verify=verify, draft_len_schedule=draft_len_schedule, **spec_kw)
+    if spec.speculation == "adaptive" and adaptive is None:
+        raise ValueError("speculation='adaptive' needs adaptive=AdaptiveConfig(costs=...) (the device's step costs)")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but torch sees no CUDA device")
     target_dir = Path(target)
@@ -260,4 +278,5 @@ def load_pipeline(target, draft=None, *, drafter: str = "draft_model", draft_len
         from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
 
         d = Eagle3Drafter(load_eagle3(draft, model, device=device, dtype=dtype), model)
-    return Pipeline(model, d, spec, tok, _stop_ids(target_dir, tcfg.eos_token_ids), target_dir)
+    return Pipeline(model, d, spec, tok, _stop_ids(target_dir, tcfg.eos_token_ids), target_dir,
+                    adaptive if spec.speculation == "adaptive" else None)

@@ -2,7 +2,8 @@
 
 One step for the B running requests (gpt-fast's ``speculative_decode``, batched)::
 
-    D      = schedule(B)                                   # draft depth for this batch size
+    D      = schedule(B)                                   # draft depth for this batch size (static), or
+    D[b]   = controller.choose(requests, costs, estimates) # each request's depth (adaptive: controller.py)
     tree   = drafter.propose(requests, D)                  # [B, N] tokens + parents, node 0 = root
     logits = target(tree)                                  # one forward; node i at cache_len + i,
                                                            # position cache_len + depth(i), tree mask
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trtspec.runtime import masks
+from trtspec.runtime.controller import AdaptiveConfig, Controller
 from trtspec.runtime.drafters.base import Drafter, DraftMode, tree_size
 from trtspec.runtime.models import Transformer
 from trtspec.runtime.params import SamplingParams, SpecConfig
@@ -71,10 +73,12 @@ class StepOutput:
 class Engine:
     """Continuous-batching speculative decoder over a static cache of ``max_batch_size`` rows of
     ``max_seq_len`` tokens (plus tree scratch). Requests join with :meth:`add_request` and leave when
-    finished (or :meth:`abort`); :meth:`step` advances every running request by one target step."""
+    finished (or :meth:`abort`); :meth:`step` advances every running request by one target step.
+    With ``spec.speculation == "adaptive"``, ``adaptive`` (the device's step costs and the acceptance
+    prior) drives a :class:`~trtspec.runtime.controller.Controller` that picks every step's depths."""
 
     def __init__(self, target: Transformer, drafter: Drafter, spec: SpecConfig, *,
-                 max_batch_size: int = 8, max_seq_len: int | None = None):
+                 max_batch_size: int = 8, max_seq_len: int | None = None, adaptive: AdaptiveConfig | None = None):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         ctx = target.config.max_position_embeddings
@@ -96,6 +100,12 @@ class Engine:
         self.added = 0                 # requests added so far: the index of a derived seed
         self.step_count = 0
         self.stats = SpecStats()
+        self.controller = None
+        if spec.speculation == "adaptive":
+            if adaptive is None:
+                raise ValueError("speculation='adaptive' needs adaptive=AdaptiveConfig(costs=...) (the device's step "
+                                 "costs: a `trtspec profile` cost table)")
+            self.controller = Controller(adaptive, spec.max_depth, spec.branching)
 
     # -- requests --------------------------------------------------------------------------------
     def add_request(self, request_id, prompt_ids: list[int], params: SamplingParams | dict | None = None) -> None:
@@ -135,6 +145,12 @@ class Engine:
         self.free_rows.append(r.row)
 
     # -- prefill ---------------------------------------------------------------------------------
+    def admit(self) -> int:
+        """Prefill waiting requests into free rows now (``step`` does it first anyway); returns how many joined."""
+        before = len(self.running)
+        self._admit()
+        return len(self.running) - before
+
     @torch.inference_mode()
     def _admit(self) -> None:
         """Give waiting requests free rows and prefill ``tokens[:-1]`` into the target cache."""
@@ -157,6 +173,8 @@ class Engine:
         for r in new:
             r.cache_len = len(r.tokens) - 1
         self.drafter.admit(new, aux)
+        if self.controller is None or self.controller.drafting:   # else its catch-up waits for a draft
+            self.drafter.prefill(new)
         self.running += new
 
     # -- one step --------------------------------------------------------------------------------
@@ -222,12 +240,16 @@ class Engine:
         if not reqs:
             return []
         t0 = time.perf_counter()
-        D, method = self.spec.depth_for_batch(len(reqs)), self._method(reqs)
-        prop = self.drafter.propose(reqs, [self._depth(r, D) for r in reqs], self.spec.branching,
-                                    self._draft_mode(reqs, method))
+        method = self._method(reqs)
+        depths = self._depths(reqs, method)
+        prop = self.drafter.propose(reqs, depths, self.spec.branching, self._draft_mode(reqs, method))
         t1 = time.perf_counter()
         logits, aux = self._score(reqs, prop)                                       # [B, N, V]
         acc, path, bonus = self._verify(reqs, prop, logits, method)                 # [B], [B, L], [B]
+        if self.controller is not None:   # drafted: a chain drafter may propose fewer than asked
+            nodes = prop.num_nodes.tolist()
+            self.controller.observe([r.request_id for r in reqs], [min(d, n - 1) for d, n in zip(depths, nodes)],
+                                    acc.tolist())
         new_lens = self._compact(reqs, path, acc)
         t2 = time.perf_counter()
         outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
@@ -244,6 +266,15 @@ class Engine:
                 self.ids.discard(r.request_id)
             self.running = [r for r in self.running if not r.finished]
         return outputs
+
+    def _depths(self, reqs, method: str) -> list[int]:
+        """This step's draft depth per request: the schedule's (static) or the controller's (adaptive),
+        each capped by the request's token budget."""
+        if self.controller is None:
+            D = self.spec.depth_for_batch(len(reqs))
+            return [self._depth(r, D) for r in reqs]
+        caps = [self._depth(r, self.spec.max_depth) for r in reqs]
+        return self.controller.choose([r.request_id for r in reqs], caps, method).depths
 
     def _verify(self, reqs, prop, logits, method):
         """-> accepted_len int32 ``[B]``, accepted path int32 ``[B, max_depth+1]`` (root first), bonus int64 ``[B]``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 VERIFY_METHODS = ("greedy", "sample", "block")
+SPECULATION_MODES = ("static", "adaptive")
 DRAFTERS = ("draft_model", "ngram", "eagle3", "mtp", "dflash", "dspark")
 #: drafters whose one forward drafts a whole block (D at most the block's drafts, chains only)
 BLOCK_DRAFTERS = ("dflash", "dspark")
@@ -83,7 +84,9 @@ class SpecConfig:
     D with TensorRT-LLM semantics (key = inclusive upper bound of a batch tier; above the largest
     key D = 0); ``siblings_without_replacement``: Gumbel-top-k siblings in sample mode;
     ``max_draft_len`` / ``max_tree_nodes``: configured limits; ``seed``: the engine's seed, from
-    which a request without its own SamplingParams.seed gets one (by the order it was added in).
+    which a request without its own SamplingParams.seed gets one (by the order it was added in);
+    ``speculation``: ``static`` (the D above, or the schedule's, every step) or ``adaptive`` (each
+    step's depths in 0..max_depth chosen by :mod:`trtspec.runtime.controller`).
     """
 
     draft_len: int = 4
@@ -94,11 +97,14 @@ class SpecConfig:
     max_draft_len: int = 16
     max_tree_nodes: int = 256
     seed: int = 0
+    speculation: str = "static"
     schedule_items: tuple = field(default=(), init=False, repr=False)
 
     def __post_init__(self):
         if self.verify not in VERIFY_METHODS:
             raise ValueError(f"verify must be one of {VERIFY_METHODS}, got {self.verify!r}")
+        if self.speculation not in SPECULATION_MODES:
+            raise ValueError(f"speculation must be one of {SPECULATION_MODES}, got {self.speculation!r}")
         if not 0 <= self.draft_len <= self.max_draft_len:
             raise ValueError(f"draft_len must be in 0..max_draft_len={self.max_draft_len}, got {self.draft_len}")
         if self.tree is not None:

@@ -12,13 +12,15 @@ from dataclasses import asdict, dataclass, field
 @dataclass
 class SpecStats:
     """Counters and times. ``steps``: target forward passes; ``drafts``: steps with >= 1 draft
-    token; ``accepted_per_pos[k]``: steps that accepted the draft at depth k+1; times in seconds."""
+    token; ``accepted_per_pos[k]``: steps that accepted the draft at depth k+1;
+    ``draft_len_counts[d]``: steps that proposed d draft tokens (the chosen draft lengths); times in seconds."""
 
     steps: int = 0
     drafts: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
+    draft_len_counts: list[int] = field(default_factory=list)
     output_tokens: int = 0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
@@ -34,6 +36,9 @@ class SpecStats:
             self.accepted_per_pos += [0] * (accepted - len(self.accepted_per_pos))
         for k in range(accepted):
             self.accepted_per_pos[k] += 1
+        if len(self.draft_len_counts) <= draft_tokens:
+            self.draft_len_counts += [0] * (draft_tokens + 1 - len(self.draft_len_counts))
+        self.draft_len_counts[draft_tokens] += 1
         self.output_tokens += emitted
 
     @property
@@ -55,9 +60,8 @@ class SpecStats:
         """Add ``other``'s counters (and times, unless ``times=False``) into self; returns self."""
         for name in ("steps", "drafts", "draft_tokens", "accepted_tokens", "output_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
-        a = self.accepted_per_pos + [0] * (n - len(self.accepted_per_pos))
-        self.accepted_per_pos = [x + y for x, y in zip(a, other.accepted_per_pos + [0] * (n - len(other.accepted_per_pos)))]
+        self.accepted_per_pos = _add_lists(self.accepted_per_pos, other.accepted_per_pos)
+        self.draft_len_counts = _add_lists(self.draft_len_counts, other.draft_len_counts)
         if times:
             self.draft_time_s += other.draft_time_s
             self.verify_time_s += other.verify_time_s
@@ -68,3 +72,9 @@ class SpecStats:
         d = asdict(self)
         d.update(mean_al=self.mean_al, acceptance_rate=self.acceptance_rate, tokens_per_s=self.tokens_per_s)
         return d
+
+
+def _add_lists(a: list[int], b: list[int]) -> list[int]:
+    """Element-wise sum, the shorter list padded with zeros."""
+    n = max(len(a), len(b))
+    return [x + y for x, y in zip(a + [0] * (n - len(a)), b + [0] * (n - len(b)))]

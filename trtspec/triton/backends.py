@@ -100,6 +100,12 @@ class ReferenceBackend:
         self.settings = settings
         self.metrics = metrics if metrics is not None else NoMetrics()
         self.pipeline = load_pipeline(str(bundle.target), draft, **kwargs)
+        if settings.speculation == "adaptive" and self.pipeline.spec.max_depth > 0:
+            from trtspec.bench.adaptive import adaptive_config
+
+            cfg = adaptive_config(self.pipeline, drafter, cost_table=settings.cost_table, bundle=bundle.root,
+                                  target=bundle.target, draft=None if draft is None else bundle.draft)
+            self.pipeline = self.pipeline.with_speculation("adaptive", cfg)
         self.tokenizer = self.pipeline.tokenizer
         self.engine = self._new_engine()
         self._ids = itertools.count()
@@ -375,8 +381,9 @@ def load_backend(bundle: BundleLayout, settings: ModelSettings, metrics=None):
         return TrtllmBackend(bundle, settings, metrics), reason
     backend = ReferenceBackend(bundle, settings, metrics)
     spec, quant = backend.pipeline.spec, getattr(backend.pipeline.target, "quant", None)
-    log.info("trtspec Triton model: serving %s with trtspec (%s) on %s, drafter %s, draft_len %d%s, verify %s%s",
-             bundle.root, reason, backend.device, backend.pipeline.drafter.name, spec.draft_len,
-             f", schedule {dict(spec.draft_len_schedule)}" if spec.draft_len_schedule else "", spec.verify,
+    log.info("trtspec Triton model: serving %s with trtspec (%s) on %s, drafter %s, draft_len %d%s, %s speculation, "
+             "verify %s%s", bundle.root, reason, backend.device, backend.pipeline.drafter.name, spec.draft_len,
+             f", schedule {dict(spec.draft_len_schedule)}" if spec.draft_len_schedule else "", spec.speculation,
+             spec.verify,
              f", target {quant.algo} (dequantized at load, activations {quant.activations})" if quant else "")
     return backend, reason

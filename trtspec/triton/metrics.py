@@ -19,6 +19,8 @@ metric                                                             kind       co
                                                                               included) was ``acceptance_length`` (label,
                                                                               1..D+1)
 ``trtspec_spec_decode_step_latency_seconds``                       histogram  wall time of each engine step
+``trtspec_spec_decode_draft_len``                                  histogram  the draft length each engine step chose
+                                                                              (its longest chain; buckets 0..max_draft_len)
 ``trtspec_num_requests_running``                                   gauge      requests in the batch
 ``trtspec_requests_total``                                         counter    finished requests, label ``outcome``
                                                                               (success, failure, cancelled)
@@ -30,7 +32,10 @@ per-position acceptance ``a_k`` = ``Δper_pos[k] / Δper_pos[k-1]`` (``Δdrafts`
 the TensorRT-LLM engine only the token counters move (its per-request perf metrics give totals, not
 steps). The AL histogram is a counter per AL value rather than a Prometheus histogram because
 ``pb_utils`` histograms take one call per observation (about 65 µs each through the stub's IPC,
-measured under load on the CPU machine), i.e. one per request per step.
+measured under load on the CPU machine), i.e. one per request per step. For the same reason the
+draft-length histogram takes one observation per engine step: the depth the step drafted (with
+adaptive speculation, the controller's choice for the batch; a request capped by its token budget
+drafts less, which ``num_draft_tokens`` counts), so it costs what the step-latency histogram does.
 
 :class:`SpecMetrics` accumulates events in memory (cheap, any thread) and pushes them on
 :meth:`SpecMetrics.flush`, through ``make(kind, name, description, labels, buckets)``, which
@@ -58,6 +63,7 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("counter", PREFIX + "num_drafts_by_acceptance_length_total",
      "Drafts whose acceptance length (bonus token included) was `acceptance_length`"),
     ("histogram", PREFIX + "step_latency_seconds", "Wall time of one engine step, in seconds"),
+    ("histogram", PREFIX + "draft_len", "Draft length chosen by each engine step (its longest chain)"),
     ("gauge", "trtspec_num_requests_running", "Requests in the running batch"),
     ("counter", "trtspec_requests_total", "Finished requests by outcome (success | failure | cancelled)"),
     ("counter", "trtspec_generation_tokens_total", "Tokens generated"),
@@ -68,6 +74,7 @@ LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.
 PER_POS = PREFIX + "num_accepted_tokens_per_pos_total"
 BY_AL = PREFIX + "num_drafts_by_acceptance_length_total"
 LATENCY = PREFIX + "step_latency_seconds"
+DRAFT_LEN = PREFIX + "draft_len"
 RUNNING = "trtspec_num_requests_running"
 
 Make = Callable[[str, str, str, dict, Sequence[float] | None], Any]
@@ -94,6 +101,7 @@ class SpecMetrics:
         self._metrics: dict[tuple, Any] = {}
         self._counts: dict[tuple, float] = defaultdict(float)     # pending counter increments
         self._latencies: list[float] = []                         # pending step-latency observations
+        self._depths: list[int] = []                              # pending draft-length observations
         self._running: int | None = None                          # pending gauge value
         self.max_draft_len, self.interval_s = max_draft_len, interval_s
         self._last_flush = time.monotonic()
@@ -115,7 +123,8 @@ class SpecMetrics:
         metric = self._metrics.get(key)
         if metric is None:
             kind, text = self._desc[name]
-            buckets = list(LATENCY_BUCKETS) if name == LATENCY else None
+            buckets = {LATENCY: list(LATENCY_BUCKETS), DRAFT_LEN: [float(d) for d in range(self.max_draft_len + 1)]
+                       }.get(name)
             metric = self._metrics[key] = self._make(kind, name, text, dict(self._labels, **labels), buckets)
         return metric
 
@@ -129,6 +138,7 @@ class SpecMetrics:
         drafts = [(d, a) for d, a in steps if d > 0]
         with self._lock:
             self._latencies.append(latency_s)
+            self._depths.append(max((d for d, _ in steps), default=0))
             self._add(PREFIX + "num_steps_total", len(steps))
             self._add(PREFIX + "num_drafts_total", len(drafts))
             self._add(PREFIX + "num_draft_tokens_total", sum(d for d, _ in drafts))
@@ -165,12 +175,16 @@ class SpecMetrics:
             self._last_flush = now
             counts, self._counts = self._counts, defaultdict(float)
             latencies, self._latencies = self._latencies, []
+            depths, self._depths = self._depths, []
             running, self._running = self._running, None
             for (name, labels), value in counts.items():
                 self._metric(name, **dict(labels)).increment(value)
             latency = self._metric(LATENCY)
             for x in latencies:
                 latency.observe(x)
+            draft_len = self._metric(DRAFT_LEN)
+            for d in depths:
+                draft_len.observe(float(d))
             if running is not None:
                 self._metric(RUNNING).set(running)
 

@@ -28,6 +28,8 @@ from typing import Any, Mapping
 
 #: Verification methods of the trtspec runtime (``trtspec.runtime.params.VERIFY_METHODS``).
 VERIFY_METHODS = ("greedy", "sample", "block")
+#: How the trtspec runtime picks draft lengths (``trtspec.runtime.params.SPECULATION_MODES``).
+SPECULATION_MODES = ("static", "adaptive")
 #: (name, Triton dtype, optional) of every input, in config order.
 INPUTS: tuple[tuple[str, str, bool], ...] = (
     ("text_input", "TYPE_STRING", False),
@@ -73,6 +75,13 @@ class ModelSettings:
             Greedy requests give the same text under all three. Default ``greedy``.
         draft_len: None = the bundle's speculation (``max_draft_len`` and ``draft_len_schedule``);
             0 = none (plain decoding of the target); n >= 1 = a fixed draft length n. Default None.
+        speculation: how the trtspec runtime picks each step's draft lengths: ``static`` (the bundle's
+            schedule, or ``draft_len``) or ``adaptive`` (every step, from 0 up to that D, by the
+            expected tokens/s of the batch: the device's step costs and each request's live
+            acceptance; see :mod:`trtspec.runtime.controller`). Default ``static``.
+        cost_table: step costs of adaptive speculation (a ``trtspec profile --verify greedy,sample``
+            ``cost_table.json``; relative paths are relative to ``model.yaml``'s folder); None = the
+            bundle's ``cost_table.json``, else measured at load. Default None.
     """
 
     bundle: Path
@@ -85,9 +94,15 @@ class ModelSettings:
     device: str = "auto"
     verify: str = "greedy"
     draft_len: int | None = None
+    speculation: str = "static"
+    cost_table: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bundle", Path(self.bundle))
+        if self.cost_table is not None:
+            object.__setattr__(self, "cost_table", Path(self.cost_table))
+        if self.speculation not in SPECULATION_MODES:
+            raise ValueError(f"speculation: expected one of {', '.join(SPECULATION_MODES)}, got {self.speculation!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device: expected auto, cpu or cuda, got {self.device!r}")
         if self.verify not in VERIFY_METHODS:
@@ -110,7 +125,8 @@ class ModelSettings:
                 "default_max_tokens": self.default_max_tokens, "max_tokens_limit": self.max_tokens_limit,
                 "max_prompt_tokens": self.max_prompt_tokens, "max_prompt_bytes": self.max_prompt_bytes,
                 "max_active": self.max_active, "device": self.device, "verify": self.verify,
-                "draft_len": self.draft_len}
+                "draft_len": self.draft_len, "speculation": self.speculation,
+                "cost_table": None if self.cost_table is None else str(self.cost_table)}
 
     @classmethod
     def load(cls, path: Path) -> "ModelSettings":
@@ -127,6 +143,8 @@ class ModelSettings:
         bundle = Path(data.pop("bundle")).expanduser()
         if not bundle.is_absolute():
             bundle = (path.parent / bundle).resolve()
+        if data.get("cost_table") is not None and not Path(data["cost_table"]).expanduser().is_absolute():
+            data["cost_table"] = (path.parent / Path(data["cost_table"]).expanduser()).resolve()
         return cls(bundle=bundle, **data)
 
 

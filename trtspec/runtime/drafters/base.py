@@ -75,6 +75,10 @@ class Drafter:
     def admit(self, reqs, prefill_aux: torch.Tensor | None) -> None:
         pass
 
+    def prefill(self, reqs) -> None:
+        """Optionally feed newly admitted requests' prompts now (after :meth:`admit`) rather than at their
+        first proposal; the engine skips it while nothing is drafted (adaptive speculation at depth 0)."""
+
     def propose(self, reqs, depths: list[int], branching: int, mode: DraftMode) -> Proposal:
         raise NotImplementedError
 

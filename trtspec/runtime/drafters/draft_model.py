@@ -48,14 +48,27 @@ class DraftModelDrafter(TreeDrafter):
         for r in reqs:
             self.seen[r.row] = 0
 
+    def prefill(self, reqs):
+        """Feed the prompts but their last token (the root, fed with the first proposal), so that a
+        step never pads its batch's catch-up to a newcomer's prompt length."""
+        todo = [r for r in reqs if len(r.tokens) > 1 and self.seen[r.row] == 0]
+        if todo:
+            self._feed_tokens(todo, [r.tokens[:-1] for r in todo])
+
     def release(self, req):
         self.seen.pop(req.row, None)
         self.fed.pop(req.row, None)
 
     def catch_up(self, reqs):
         """Feed ``r.tokens[seen:]`` (root last) causally; returns root logits ``[B, V]``, None, base ``[B]``."""
+        hidden, lens, counts = self._feed_tokens(reqs, [r.tokens[self.seen[r.row]:] for r in reqs])
+        last = hidden[torch.arange(len(reqs), device=self.device), counts - 1]
+        return self.model.logits(last), None, lens + counts - 1
+
+    def _feed_tokens(self, reqs, todo):
+        """Feed ``todo[i]`` (tokens after the ``seen`` ones) of each request causally; -> hidden ``[B, T, E]``,
+        the old ``seen`` ``[B]`` and the counts fed ``[B]``."""
         lens = torch.tensor([self.seen[r.row] for r in reqs], device=self.device)
-        todo = [r.tokens[self.seen[r.row]:] for r in reqs]
         T = max(len(t) for t in todo)
         tokens = torch.zeros(len(reqs), T, dtype=torch.int64, device=self.device)
         for i, t in enumerate(todo):
@@ -64,10 +77,9 @@ class DraftModelDrafter(TreeDrafter):
         positions, write_idx, mask = masks.chain_block(lens, counts, T, self.cache.slots)
         rows = torch.tensor([r.row for r in reqs], device=self.device)
         hidden, _ = self.model(tokens, positions, self.cache, rows, write_idx, mask)
-        last = hidden[torch.arange(len(reqs), device=self.device), counts - 1]
-        for r in reqs:
-            self.seen[r.row] = len(r.tokens)
-        return self.model.logits(last), None, lens + counts - 1
+        for r, n in zip(reqs, counts.tolist()):
+            self.seen[r.row] += n
+        return hidden, lens, counts
 
     def forward_nodes(self, rows, tokens, parent_state, positions, write_idx, mask):
         hidden, _ = self.model(tokens, positions, self.cache, rows, write_idx, mask)

@@ -54,6 +54,14 @@ class Eagle3Drafter(TreeDrafter):
                 self._append(r.row, prefill_aux[i, :n], r.tokens[1:n + 1])
 
     @torch.no_grad()
+    def prefill(self, reqs):
+        """Feed the head every pending entry but the last (which predicts the first draft), so that a
+        step never pads its batch's catch-up to a newcomer's prompt length."""
+        todo = [r for r in reqs if len(self.pending[r.row][1]) > 1]
+        if todo:
+            self._run_pending(todo, [len(self.pending[r.row][1]) - 1 for r in todo])
+
+    @torch.no_grad()
     def commit(self, reqs, path_aux, path_len):
         """path_aux ``[B, L, k*E]`` of the accepted path (root first), path_len ``[B]`` = accepted + 1;
         ``r.tokens`` already ends with the accepted tokens and the bonus."""
@@ -66,27 +74,34 @@ class Eagle3Drafter(TreeDrafter):
         self.pending.pop(req.row, None)
 
     def catch_up(self, reqs):
+        logits, g_out, lens, counts = self._run_pending(reqs, [len(self.pending[r.row][1]) for r in reqs])
+        last = (counts - 1).clamp(min=0)
+        b = torch.arange(len(reqs), device=self.device)
+        return logits[b, last], g_out[b, last], lens + counts - 1
+
+    def _run_pending(self, reqs, take: list[int]):
+        """Feed the first ``take[i]`` pending entries of each request to the head (they become seen);
+        -> logits ``[B, T, V']``, states ``[B, T, E]``, the old ``seen`` ``[B]`` and ``take`` ``[B]``."""
         B = len(reqs)
         lens = torch.tensor([self.seen[r.row] for r in reqs], device=self.device)
-        counts = torch.tensor([len(self.pending[r.row][1]) for r in reqs], device=self.device)
+        counts = torch.tensor(take, device=self.device)
         T = max(int(counts.max()), 1)
         E = self.head.fc.out_features
         g = torch.zeros(B, T, E, device=self.device, dtype=self.head.fc.weight.dtype)
         tokens = torch.zeros(B, T, dtype=torch.int64, device=self.device)
         for i, r in enumerate(reqs):
             pg, pt = self.pending[r.row]
-            g[i, : len(pt)] = pg
-            tokens[i, : len(pt)] = torch.tensor(pt, dtype=torch.int64, device=self.device)
+            g[i, : take[i]] = pg[: take[i]]
+            tokens[i, : take[i]] = torch.tensor(pt[: take[i]], dtype=torch.int64, device=self.device)
         positions, write_idx, mask = masks.chain_block(lens, counts, T, self.cache.slots)
         rows = torch.tensor([r.row for r in reqs], device=self.device)
         g_out, logits = self.head(self.target.embed(tokens), g, positions, self.cache, rows, write_idx, mask,
                                   draft_vocab=True)
-        last = (counts - 1).clamp(min=0)
-        b = torch.arange(B, device=self.device)
-        for r in reqs:
-            self.seen[r.row] += len(self.pending[r.row][1])
-            self.pending[r.row] = (self.pending[r.row][0][:0], [])
-        return logits[b, last], g_out[b, last], lens + counts - 1
+        for r, n in zip(reqs, take):
+            self.seen[r.row] += n
+            pg, pt = self.pending[r.row]
+            self.pending[r.row] = (pg[n:], pt[n:])
+        return logits, g_out, lens, counts
 
     def forward_nodes(self, rows, tokens, parent_state, positions, write_idx, mask):
         g_out, logits = self.head(self.target.embed(tokens), parent_state, positions, self.cache, rows, write_idx, mask,

@@ -1,0 +1,275 @@
+"""The adaptive-speculation controller on synthetic cost tables and acceptance streams (no models)."""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from trtspec.runtime.controller import (AdaptiveConfig, Controller, CostTableError, StepCosts, prior_from_profile)
+
+
+def table(target, draft, sample=None):
+    doc = {"format": "trtspec.cost_table/v1", "device": "synthetic",
+           "target": {str(b): {str(t): s for t, s in row.items()} for b, row in target.items()},
+           "draft": {str(b): {"1": s} for b, s in draft.items()}}
+    if sample is not None:
+        doc["sample"] = {"target": {str(b): {str(t): s for t, s in row.items()} for b, row in sample[0].items()},
+                         "draft": {str(b): {"1": s} for b, s in sample[1].items()}}
+    return doc
+
+
+def random_table(rng, batches=(1, 2, 4, 8), tokens=range(1, 10)):
+    """A cost table of no particular shape: rising in tokens with random kinks, random draft steps."""
+    target = {}
+    for b in batches:
+        s, row = rng.uniform(5, 10) * (1 + 0.3 * b), {}
+        for t in tokens:
+            s += rng.choice((0.0, 0.2, 1.0, 3.0)) * b * rng.random()
+            row[t] = s
+        target[b] = row
+    return table(target, {b: rng.uniform(0.3, 4.0) * (1 + 0.1 * b) for b in batches})
+
+
+def rate_of(costs, gains, depths, packed, branching=1):
+    """Brute-force objective: sum of E_i(d_i) over the step's cost."""
+    from trtspec.runtime.params import tree_size
+
+    B = len(depths)
+    tokens = B + math.fsum(sum(g[:d]) for g, d in zip(gains, depths))
+    M = max(depths)
+    per = sum(tree_size(branching, d) for d in depths) / B if packed else tree_size(branching, M)
+    return tokens / costs.seconds("greedy", B, per, M)
+
+
+def controller_with(rng, costs, batch, max_depth, hysteresis=0.0):
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), hysteresis=hysteresis, min_dwell=0), max_depth)
+    ids = [f"req{i}" for i in range(batch)]
+    for rid in ids:   # each request its own acceptance estimates
+        ctl.seed(rid, [rng.choice((0.0, 0.05, 0.3, 0.6, 0.9, 0.99, 1.0)) for _ in range(max_depth)])
+    return ctl, ids
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+def test_choice_equals_brute_force_argmax(packed):
+    rng = random.Random(7)
+    checked = zero = 0
+    for trial in range(120):
+        costs = StepCosts(random_table(rng), packed=packed)
+        B, D = rng.choice((1, 2, 3)), rng.choice((2, 3, 4))
+        ctl, ids = controller_with(rng, costs, B, D)
+        caps = [rng.choice((0, 1, D, D, D)) for _ in range(B)]
+        gains = [ctl.gains(r) for r in ids]
+        choice = ctl.choose(ids, caps)
+        best = max(rate_of(costs, gains, list(d), packed) for d in itertools.product(*(range(c + 1) for c in caps)))
+        got = rate_of(costs, gains, choice.depths, packed)
+        assert got == pytest.approx(best, rel=1e-12), (trial, caps, choice.depths)
+        assert all(0 <= d <= c for d, c in zip(choice.depths, caps))
+        checked += 1
+        zero += max(choice.depths) == 0
+    assert checked == 120 and 0 < zero < 120   # drafting nothing is chosen where it wins, not always
+
+
+def test_tree_node_budget_priced_by_tree_size():
+    """A top-2 tree of depth d verifies 1 + 2 + 4 (d - 1) nodes: the padded rate prices that."""
+    rng = random.Random(3)
+    costs = StepCosts(random_table(rng, tokens=range(1, 16)))
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.8,), hysteresis=0.0), 3, branching=2)
+    ids = ["a", "b"]
+    gains = [ctl.gains(r) for r in ids]
+    choice = ctl.choose(ids, [3, 3])
+    best = max(range(4), key=lambda M: rate_of(costs, gains, [M, M], False, branching=2))
+    assert choice.depth == best and choice.depths == [best, best]
+
+
+def test_expensive_drafting_drafts_nothing_and_cheap_drafting_drafts_everything():
+    flat = {b: {t: 10.0 * b for t in range(1, 10)} for b in (1, 4, 16)}
+    cheap = StepCosts(table(flat, {1: 0.01, 4: 0.04, 16: 0.16}))
+    dear = StepCosts(table(flat, {1: 30.0, 4: 120.0, 16: 480.0}))
+    for costs, want in ((cheap, 8), (dear, 0)):
+        ctl = Controller(AdaptiveConfig(costs, prior=(0.8,)), 8)
+        assert ctl.choose(list(range(4)), [8, 8, 8, 8]).depths == [want] * 4
+
+
+def test_sampled_steps_priced_from_the_sample_table():
+    """A step verified by sampling pays the sample section's costs: dear there, the controller stops drafting."""
+    greedy = {b: {t: 10.0 + t for t in range(1, 10)} for b in (1, 8)}
+    sample = {b: {t: 10.0 + 40.0 * (t - 1) for t in range(1, 10)} for b in (1, 8)}
+    costs = StepCosts(table(greedy, {1: 0.5, 8: 0.5}, sample=(sample, {1: 0.5, 8: 0.5})))
+    assert costs.priced_sampled
+    for method, positive in (("greedy", True), ("sample", False), ("block", False)):
+        ctl = Controller(AdaptiveConfig(costs, prior=(0.7,)), 6)
+        assert (ctl.choose(["x"], [6], method).depth > 0) is positive
+    unpriced = StepCosts(table(greedy, {1: 0.5, 8: 0.5}))
+    assert not unpriced.priced_sampled
+    assert unpriced.seconds("sample", 3, 4, 2) == unpriced.seconds("greedy", 3, 4, 2)
+
+
+def test_permuted_batch_gets_permuted_depths():
+    rng = random.Random(11)
+    for _ in range(40):
+        costs = StepCosts(random_table(rng), packed=True)
+        ctl, ids = controller_with(rng, costs, 3, 4)
+        for rid in ids[1:]:   # exact ties between requests: order must still not matter
+            ctl.seed(rid, ctl.estimates[ids[0]].rates)
+        caps = [4, 4, 4]
+        want = dict(zip(ids, ctl.choose(ids, caps).depths))
+        for perm in itertools.permutations(range(3)):
+            ctl2 = Controller(ctl.cfg, 4)
+            for r, v in ctl.estimates.items():
+                ctl2.seed(r, v.rates)
+            order = [ids[i] for i in perm]
+            assert dict(zip(order, ctl2.choose(order, caps).depths)) == want
+
+
+def bernoulli_step(rng, rates, drafted):
+    a = 0
+    while a < drafted and rng.random() < rates[min(a, len(rates) - 1)]:
+        a += 1
+    return a
+
+
+def run_stream(costs, rates_of, steps, batch=8, seed=0, **cfg):
+    """Requests with fixed true acceptance (``rates_of(i)``) decoding forever; returns the controller and depths."""
+    rng = random.Random(seed)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.7,), **cfg), 8)
+    ids = list(range(batch))
+    seen = []
+    for _ in range(steps):
+        choice = ctl.choose(ids, [8] * batch)
+        seen.append(choice.depth)
+        ctl.observe(ids, choice.depths, [bernoulli_step(rng, rates_of(i), d) for i, d in zip(ids, choice.depths)])
+    return ctl, seen
+
+
+def near_tie_table():
+    """A step costs 10 + 2.28 D per request: at a_k = 0.7, D = 2 and D = 3 tie (E[AL] 2.19 vs 2.533
+    for 14.56 vs 16.84), the rest is worse -- where a controller without hysteresis flaps."""
+    target = {b: {t: b * (10.0 + 2.0 * (t - 1)) for t in range(1, 10)} for b in (1, 8)}
+    return StepCosts(table(target, {1: 0.28, 8: 8 * 0.28}))
+
+
+def test_stationary_stream_switches_are_bounded():
+    costs = near_tie_table()
+    ctl, seen = run_stream(costs, lambda i: (0.7,), 3000)
+    assert ctl.switches <= 6, ctl.switches
+    assert len(set(seen[500:])) <= 2
+    # the same stream without hysteresis or dwell flaps between the near-tied depths
+    loose, _ = run_stream(costs, lambda i: (0.7,), 3000, hysteresis=0.0, min_dwell=0)
+    assert loose.switches > 10 * max(ctl.switches, 1)
+
+
+def test_stationary_stream_where_speculation_loses_stays_off():
+    """Low acceptance: the batch stops drafting; relaxation toward the prior may retry, but rarely."""
+    target = {b: {t: b * (10.0 + 4.0 * (t - 1)) for t in range(1, 10)} for b in (1, 8)}
+    costs = StepCosts(table(target, {1: 1.0, 8: 8.0}))
+    ctl, seen = run_stream(costs, lambda i: (0.1,), 3000)
+    assert seen[-1] == 0 and sum(d == 0 for d in seen) > 0.9 * len(seen)
+    assert ctl.switches <= 3000 // 100, ctl.switches
+
+
+def test_controller_follows_a_change_of_acceptance():
+    costs = near_tie_table()
+    rng = random.Random(5)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.7,)), 8)
+    ids, phase = list(range(8)), {"rates": (0.95,)}
+    depths = []
+    for step in range(1200):
+        if step == 600:
+            phase["rates"] = (0.2,)
+        c = ctl.choose(ids, [8] * 8)
+        depths.append(c.depth)
+        ctl.observe(ids, c.depths, [bernoulli_step(rng, phase["rates"], d) for d in c.depths])
+    assert min(depths[400:600]) >= 5 and max(depths[1000:]) <= 1
+
+
+def test_newcomers_start_from_the_pooled_estimate():
+    """Requests that accepted everything leave; the next one starts near their rates, not at the prior."""
+    costs = near_tie_table()
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.3,), pool=0.05), 4)
+    for step in range(200):
+        ids = [f"s{step}-{i}" for i in range(4)]   # every step a new batch of short-lived requests
+        c = ctl.choose(ids, [4] * 4)
+        ctl.observe(ids, c.depths, c.depths)     # all drafts accepted
+    assert min(ctl.pool[:1]) > 0.9
+    assert ctl.gains("newcomer")[0] > 0.9 and ctl.estimates["newcomer"].prior == ctl.pool[:4]
+    # the pool folds a step in from counts: the same whatever the batch order
+    a, b = Controller(ctl.cfg, 4), Controller(ctl.cfg, 4)
+    a.observe(["x", "y", "z"], [4, 2, 3], [1, 2, 0])
+    b.observe(["z", "x", "y"], [3, 4, 2], [0, 1, 2])
+    assert a.pool == b.pool
+
+
+def test_estimates_are_censoring_aware_and_forgotten_when_requests_leave():
+    costs = near_tie_table()
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), ema=0.5, relax=0.0), 4)
+    ctl.choose(["a", "b"], [4, 4])
+    ctl.observe(["a", "b"], [3, 1], [1, 1])      # a: 1 accepted, 2 rejected, 3 not reached; b: capped at 1
+    a, b = ctl.estimates["a"], ctl.estimates["b"]
+    assert a.rates[:2] == [0.75, 0.25] and a.observed == [True, True, False, False]
+    assert a.offset == pytest.approx(0.0) and a.rates[2:] == pytest.approx([0.5, 0.5])   # logit(.75) + logit(.25) = 0
+    assert b.rates[0] == 0.75 and b.observed == [True, False, False, False]
+    assert b.rates[1:] == pytest.approx([0.75] * 3)   # unreached positions follow the request's level
+    ctl.choose(["b"], [3])
+    assert set(ctl.estimates) == {"b"}
+    with pytest.raises(ValueError, match="accepted=2 must be in 0..drafted=1"):
+        ctl.observe(["b"], [1], [2])
+
+
+def test_cost_table_errors_name_the_field():
+    good = table({1: {1: 1.0, 2: 2.0}}, {1: 0.1})
+    StepCosts(good)
+    with pytest.raises(CostTableError, match="field 'format'"):
+        StepCosts({**good, "format": "v0"})
+    with pytest.raises(CostTableError, match="'target'"):
+        StepCosts({**good, "target": {"1": {"2": -1.0}}})
+    with pytest.raises(CostTableError, match="'draft'"):
+        StepCosts({k: v for k, v in good.items() if k != "draft"})
+    with pytest.raises(CostTableError, match="'sample.target'"):
+        StepCosts({**good, "sample": {"target": {}, "draft": {"1": {"1": 0.1}}}})
+    with pytest.raises(ValueError, match="prior"):
+        AdaptiveConfig(StepCosts(good), prior=(1.2,))
+    with pytest.raises(ValueError, match="ema"):
+        AdaptiveConfig(StepCosts(good), ema=0.0)
+    assert prior_from_profile({"rates": [0.8, 0.6]}) == (0.8, 0.6)
+    with pytest.raises(ValueError, match="'rates'"):
+        prior_from_profile({"mean_al": 2.0})
+
+
+def test_costs_interpolate_inside_and_extend_past_the_grid():
+    costs = StepCosts(table({1: {1: 1.0, 3: 3.0}, 4: {1: 2.0, 3: 6.0}}, {1: 0.5, 4: 1.0}))
+    assert costs.seconds("greedy", 1, 2, 0) == pytest.approx(2.0)
+    assert costs.seconds("greedy", 4, 5, 0) == pytest.approx(10.0)        # tokens past the grid: last slope
+    assert costs.seconds("greedy", 7, 1, 0) == pytest.approx(3.0)         # batch past the grid: last slope
+    assert costs.seconds("greedy", 1, 1, 2) == pytest.approx(1.0 + 2 * 0.5)
+
+
+def test_probes_recover_from_a_pessimistic_prior():
+    """Prior a = 0.2 says draft nothing; the requests accept 0.9: one-token probes find that out."""
+    costs = near_tie_table()
+    rng = random.Random(9)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.2,), probe_every=16), 8)
+    ids, depths = list(range(8)), []
+    for _ in range(400):
+        c = ctl.choose(ids, [8] * 8)
+        depths.append(c.depth)
+        ctl.observe(ids, c.depths, [bernoulli_step(rng, (0.9,), d) for d in c.depths])
+    assert depths[0] == 0 and ctl.probes >= 1 and min(depths[-100:]) >= 4
+    never = Controller(AdaptiveConfig(costs, prior=(0.2,)), 8)   # probes are off by default
+    assert all(never.choose(ids, [8] * 8).depth == 0 for _ in range(100)) and never.probes == 0
+
+
+def test_no_probe_where_even_full_acceptance_cannot_pay():
+    """Each draft position costs more than a whole plain step: speculation is hopeless, never probed."""
+    target = {b: {t: b * 10.0 * t * 1.5 for t in range(1, 10)} for b in (1, 8)}
+    costs = StepCosts(table(target, {1: 1.0, 8: 8.0}))
+    ctl, seen = run_stream(costs, lambda i: (0.99,), 500, probe_every=16)
+    assert set(seen) == {0} and ctl.probes == 0
+
+
+def test_probes_are_rare_and_not_switches_on_a_losing_stream():
+    target = {b: {t: b * (10.0 + 4.0 * (t - 1)) for t in range(1, 10)} for b in (1, 8)}
+    costs = StepCosts(table(target, {1: 1.0, 8: 8.0}))
+    ctl, seen = run_stream(costs, lambda i: (0.1,), 3200, probe_every=16)
+    assert 0 < ctl.probes <= 3200 // 16 and sum(d > 0 for d in seen[100:]) <= 3100 // 16 + 4 * ctl.switches

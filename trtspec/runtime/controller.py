@@ -1,0 +1,393 @@
+"""Adaptive speculation: before every step, choose each request's draft length for the batch's best
+expected tokens per second.
+
+Terms. Request i carries conditional acceptance estimates ``a_i1 .. a_iDmax`` (position k accepted
+given 1..k-1 were), an exponential moving average over its own recent steps, seeded with a prior
+(the recipe's or bench's acceptance profile). Its expected output of a step that drafts d tokens
+(the bonus token included) is::
+
+    p_ik   = a_i1 * ... * a_ik                       (position k accepted; non-increasing in k)
+    E_i(d) = 1 + p_i1 + ... + p_id                   (concave in d)
+
+A step with depths d = (d_1 .. d_B) verifies ``S = sum(n(d_i))`` tokens (``n(d) = d + 1`` for a
+chain, the tree's node count for a tree) and drafts ``M = max(d_i)`` serial draft steps. Its cost,
+from the device's cost table (``trtspec profile``'s ``cost_table.json``, one table per verification
+method since sampled verification builds probability rows the greedy one does not)::
+
+    packed verification  (engines that verify only the real tokens):   T_method(B, S / B) + M * Td_method(B)
+    padded verification  (the trtspec runtime pads every request to M): T_method(B, n(M))  + M * Td_method(B)
+
+and the controller maximises ``rate(d) = sum_i E_i(d_i) / cost(d)`` over every d with
+``0 <= d_i <= cap_i`` (``cap_i``: the request's token budget), drafting nothing included. Exact
+search: for a fixed M the cost depends on S alone, and since every E_i is concave the best d of a
+given S takes the ``S - B`` largest gains ``p_ik`` (k <= M); so each (M, S) is one prefix sum.
+With padded verification every request gets ``min(M, cap_i)`` (a shorter chain saves nothing).
+
+Hysteresis (stated): the batch's depth M changes only when the best M's predicted rate beats the
+current M's, re-evaluated on the same estimates, by more than ``hysteresis`` (default 2%), and at
+least ``min_dwell`` steps (default 4) after the last change. On a stationary stream the EMAs settle
+and the choice stops moving; a loss of at most ``hysteresis`` is the price.
+
+Seeds. A request joining the batch starts from the engine's pooled estimate: per-position rates
+over every request's recent steps (weight ``pool`` per request-step, folded in once per step from
+exact counts), itself seeded by the prior; so a uniform workload's newcomers start where their
+predecessors ended, not at the prior.
+
+Probes (off by default). While the batch drafts nothing its estimates cannot learn, so a
+pessimistic prior can keep speculation off; with ``probe_every`` = n, after n steps of drafting
+nothing one step drafts one token for every request -- unless the costs say that no depth could pay
+even if every draft were accepted (``B (M + 1) / cost(M) <= B / cost(0)`` for every M). A probe is
+not a switch of the chosen depth. They are off by default because a drafter with its own cache
+(draft model, EAGLE-3) must first catch up on every token it missed, a cost the table does not
+price: on the demo pair at B = 16 a probe every 16 steps cost 15 % of throughput.
+
+Estimates. After a step that drafted d and accepted a, positions ``1..min(d, a+1)`` were reached:
+``a_ik += ema * ([k <= a] - a_ik)``. Positions the request has not reached follow its level: the
+prior shifted by the mean logit difference between its estimates and the prior where it drafted
+(a request accepting better than the prior near the root is expected to deeper too, so a longer
+draft gets tried); positions it reached before but not in this step relax toward that level by
+``relax`` per step; a step that drafted nothing for it changes nothing. Requests are
+keyed by their id; everything the choice depends on is summed exactly (``math.fsum``) and ties go to
+the smaller depth, so the choice does not depend on where a request sits in the batch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from trtspec.runtime.params import tree_size
+
+COST_TABLE_FORMAT = "trtspec.cost_table/v1"
+#: verification method -> the cost-table section priced for it (block verification builds the same rows as sample)
+METHOD_TABLES = {"greedy": "greedy", "sample": "sample", "block": "sample"}
+DEFAULT_PRIOR = 0.7
+
+
+class CostTableError(ValueError):
+    """A cost table the controller cannot price with; the message names the field."""
+
+
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Piecewise-linear through (xs, ys) (xs ascending); below xs[0]: ys[0]; above xs[-1]: the last
+    segment extended (never decreasing), so a batch or token count past the grid still costs more."""
+    if len(xs) == 1 or x <= xs[0]:
+        return ys[0] if len(xs) == 1 or x <= xs[0] else ys[0]
+    for i in range(1, len(xs)):
+        if x <= xs[i]:
+            w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+            return ys[i - 1] + w * (ys[i] - ys[i - 1])
+    slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
+    return ys[-1] + slope * (x - xs[-1])
+
+
+class _Grid:
+    """``{B: {tokens: seconds}}`` with :func:`_interp` in tokens, then in B."""
+
+    def __init__(self, raw: Any, where: str):
+        if not isinstance(raw, Mapping) or not raw:
+            raise CostTableError(f"{where}: expected a mapping {{batch: {{tokens: seconds}}}}")
+        rows = {}
+        try:
+            for b, row in raw.items():
+                pts = sorted((int(t), float(s)) for t, s in row.items())
+                if int(b) < 1 or not pts or any(t < 1 or not s > 0 for t, s in pts):
+                    raise ValueError
+                rows[int(b)] = pts
+        except (TypeError, ValueError, AttributeError):
+            raise CostTableError(f"{where}: expected batch sizes >= 1 mapping tokens >= 1 to seconds > 0") from None
+        self.rows = dict(sorted(rows.items()))
+
+    def __call__(self, batch: float, tokens: float) -> float:
+        bs = list(self.rows)
+        per_b = [_interp([t for t, _ in self.rows[b]], [s for _, s in self.rows[b]], tokens) for b in bs]
+        return _interp(bs, per_b, batch)
+
+
+class StepCosts:
+    """Step seconds of one device from a cost table (``trtspec.cost_table/v1``, as a dict).
+
+    ``target[B][T]``: one verification step with T tokens per request; ``draft[B]["1"]``: one draft
+    step. An optional ``sample`` section ``{"target": ..., "draft": ...}`` prices steps verified by
+    sampling (``trtspec profile --verify greedy,sample`` measures it); without it sampled steps are
+    priced as greedy ones. ``packed``: verification cost follows the verified tokens (see module
+    docstring); False (the trtspec runtime) pads every request to the batch's depth.
+    """
+
+    def __init__(self, table: Mapping[str, Any], *, packed: bool = False):
+        if table.get("format") != COST_TABLE_FORMAT:
+            raise CostTableError(f"cost table: field 'format' must be {COST_TABLE_FORMAT!r}, got {table.get('format')!r}")
+        self.packed = packed
+        self.device = str(table.get("device", ""))
+        greedy = (_Grid(table.get("target"), "cost table 'target'"), _Grid(table.get("draft"), "cost table 'draft'"))
+        self.tables = {"greedy": greedy, "sample": greedy}
+        self.priced_sampled = "sample" in table
+        if self.priced_sampled:
+            s = table["sample"]
+            if not isinstance(s, Mapping):
+                raise CostTableError("cost table 'sample': expected {\"target\": ..., \"draft\": ...}")
+            self.tables["sample"] = (_Grid(s.get("target"), "cost table 'sample.target'"),
+                                     _Grid(s.get("draft"), "cost table 'sample.draft'"))
+
+    def seconds(self, method: str, batch: int, tokens_per_request: float, depth: int) -> float:
+        """One step: verification of ``tokens_per_request`` tokens for each of ``batch`` requests plus
+        ``depth`` serial draft steps, verified by ``method`` (greedy | sample | block)."""
+        target, draft = self.tables[METHOD_TABLES[method]]
+        return target(batch, tokens_per_request) + (depth * draft(batch, 1) if depth else 0.0)
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """Settings of the controller (see the module docstring for the rule).
+
+    ``costs``: the device's :class:`StepCosts`; ``prior``: conditional acceptance per draft position
+    a_1, a_2, ... (the last value repeats past its end; default 0.7 everywhere); ``ema``: weight of
+    the newest step in each estimate (default 0.1, about the last 20 steps); ``relax``: per-step pull
+    of positions a step did not reach toward the request's level, and of that level toward the
+    prior while it drafts nothing (default 0.002: about 350 steps to halve); ``hysteresis``:
+    relative gain a new depth must promise (default 0.02); ``min_dwell``: steps between depth
+    changes (default 4); ``probe_every``: steps of drafting nothing before a one-token probe
+    (default 0: never); ``pool``: weight of one request-step in the pooled estimate that seeds
+    newcomers (default 0.02).
+    """
+
+    costs: StepCosts
+    prior: tuple[float, ...] = (DEFAULT_PRIOR,)
+    ema: float = 0.1
+    relax: float = 0.002
+    hysteresis: float = 0.02
+    min_dwell: int = 4
+    probe_every: int = 0
+    pool: float = 0.02
+
+    def __post_init__(self):
+        prior = tuple(float(a) for a in self.prior)
+        if not prior or any(not 0.0 <= a <= 1.0 for a in prior):
+            raise ValueError(f"prior: expected acceptance rates in [0, 1], got {list(self.prior)}")
+        object.__setattr__(self, "prior", prior)
+        if not 0.0 < self.ema <= 1.0:
+            raise ValueError(f"ema: expected in (0, 1], got {self.ema}")
+        if not 0.0 <= self.relax <= 1.0:
+            raise ValueError(f"relax: expected in [0, 1], got {self.relax}")
+        if not 0.0 <= self.pool < 1.0:
+            raise ValueError(f"pool: expected in [0, 1), got {self.pool}")
+        if self.hysteresis < 0 or self.min_dwell < 0 or self.probe_every < 0:
+            raise ValueError(f"hysteresis, min_dwell and probe_every: expected >= 0, got {self.hysteresis}, "
+                             f"{self.min_dwell}, {self.probe_every}")
+
+    def prior_at(self, k: int) -> float:
+        """Prior conditional acceptance of draft position k (1-based)."""
+        return self.prior[min(k, len(self.prior)) - 1]
+
+
+def prior_from_profile(doc: Mapping[str, Any]) -> tuple[float, ...]:
+    """Per-position rates of an acceptance profile (``acceptance.json``: ``rates`` a_1..a_D)."""
+    rates = doc.get("rates")
+    if not isinstance(rates, list) or not rates:
+        raise ValueError("acceptance profile: field 'rates' must be a non-empty list of a_k")
+    return tuple(float(a) for a in rates)
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 0.01), 0.99)
+    return math.log(p / (1.0 - p))
+
+
+@dataclass
+class _Estimate:
+    """One request's conditional acceptance per position (``rates``), which positions it has ever
+    reached (``observed``), the rates it was seeded with (``prior``), and its level against them
+    (``offset``: mean logit difference over the positions it reached last). Positions it never
+    reached take ``sigmoid(logit(prior_k) + offset)``: a request accepting more than its seed at the
+    positions it drafts is expected to do so deeper too, so that the controller can find out that a
+    longer draft pays. ``gains`` and ``cum`` are derived from ``rates`` after every update."""
+
+    rates: list[float]
+    observed: list[bool]
+    prior: list[float] = field(default_factory=list)   # what it was seeded with
+    offset: float = 0.0
+    gains: list[float] = field(default_factory=list)   # p_k = a_1 ... a_k
+    cum: list[float] = field(default_factory=list)     # cum[d] = p_1 + ... + p_d (cum[0] = 0)
+
+    def __post_init__(self):
+        self._derive()
+
+    def _derive(self) -> None:
+        p, self.gains, self.cum = 1.0, [], [0.0]
+        for a in self.rates:
+            p *= a
+            self.gains.append(p)
+            self.cum.append(self.cum[-1] + p)
+
+    def update(self, reached: int, accepted: int, cfg: "AdaptiveConfig") -> None:
+        """One step that reached positions 1..``reached`` (>= 1) and accepted 1..``accepted``."""
+        prior = self.prior
+        for k in range(reached):
+            self.rates[k] += cfg.ema * ((1.0 if k < accepted else 0.0) - self.rates[k])
+            self.observed[k] = True
+        self.offset = math.fsum(_logit(self.rates[k]) - _logit(prior[k]) for k in range(reached)) / reached
+        for k in range(reached, len(self.rates)):
+            anchor = 1.0 / (1.0 + math.exp(-(_logit(prior[k]) + self.offset)))
+            self.rates[k] = self.rates[k] + cfg.relax * (anchor - self.rates[k]) if self.observed[k] else anchor
+        self._derive()
+
+
+@dataclass
+class Choice:
+    """One step's decision: per-request depths (batch order), the batch depth M, the predicted
+    tokens/s of every M considered, whether M changed, and whether this step is a probe."""
+
+    depths: list[int]
+    depth: int
+    rates: dict[int, float] = field(default_factory=dict)
+    switched: bool = False
+    probe: bool = False
+
+
+class Controller:
+    """The per-engine controller: :meth:`choose` before a step, :meth:`observe` after it.
+
+    ``max_depth``: D_max (chain length, or tree depth); ``branching``: K of a top-K tree (1: chain);
+    requests are identified by ``request_id`` and forgotten when they leave the batch.
+    """
+
+    def __init__(self, cfg: AdaptiveConfig, max_depth: int, branching: int = 1):
+        if max_depth < 0 or branching < 1:
+            raise ValueError(f"max_depth >= 0 and branching >= 1 expected, got {max_depth}, {branching}")
+        self.cfg, self.max_depth, self.branching = cfg, max_depth, branching
+        self.prior = [cfg.prior_at(k) for k in range(1, max_depth + 1)]
+        self.pool = list(self.prior)           # pooled rates over every request's steps: seeds newcomers
+        self.estimates: dict[Any, _Estimate] = {}
+        self.current: int | None = None        # the batch depth M in force
+        self.since = 0                         # steps since M last changed
+        self.switches = 0
+        self.probes = 0
+        self.idle = 0                          # consecutive steps that drafted nothing by choice
+        self.steps = 0
+
+    # -- estimates ---------------------------------------------------------------------------
+    def _state(self, rid) -> _Estimate:
+        est = self.estimates.get(rid)
+        if est is None:
+            est = self.estimates[rid] = _Estimate(list(self.pool), [False] * self.max_depth, list(self.pool))
+        return est
+
+    def gains(self, rid) -> list[float]:
+        """``p_k`` for k = 1..max_depth: the probability that draft position k is accepted."""
+        return self._state(rid).gains
+
+    def seed(self, rid, rates: Sequence[float]) -> None:
+        """Set request ``rid``'s conditional acceptance estimates (positions 1..max_depth)."""
+        est = self._state(rid)
+        if len(rates) != self.max_depth or any(not 0.0 <= a <= 1.0 for a in rates):
+            raise ValueError(f"rates: expected {self.max_depth} values in [0, 1], got {list(rates)}")
+        est.rates[:] = [float(a) for a in rates]
+        est._derive()
+
+    @property
+    def drafting(self) -> bool:
+        """Whether the batch drafts now (or nothing has been chosen yet)."""
+        return self.current is None or self.current > 0
+
+    def observe(self, request_ids: Sequence, drafted: Sequence[int], accepted: Sequence[int]) -> None:
+        """Fold one step into each request's estimates: it drafted ``drafted[i]`` and accepted ``accepted[i]``
+        (a request that drafted nothing learns nothing)."""
+        reached, hits = [0] * self.max_depth, [0] * self.max_depth
+        for rid, d, a in zip(request_ids, drafted, accepted):
+            if not 0 <= a <= d:
+                raise ValueError(f"request {rid!r}: accepted={a} must be in 0..drafted={d}")
+            if d == 0:
+                continue
+            self._state(rid).update(min(d, a + 1), a, self.cfg)
+            for k in range(min(d, a + 1, self.max_depth)):
+                reached[k] += 1
+                hits[k] += k < a
+        for k, n in enumerate(reached):   # integer counts: the same whatever the batch order
+            if n:
+                w = 1.0 - (1.0 - self.cfg.pool) ** n
+                self.pool[k] += w * (hits[k] / n - self.pool[k])
+
+    # -- the choice --------------------------------------------------------------------------
+    def _nodes(self, depth: int) -> int:
+        return tree_size(self.branching, depth)
+
+    def _best_for_depth(self, costs, method, ests, caps, M) -> tuple[float, list[int]]:
+        """Best rate with batch depth M (request i drafts at most min(M, cap_i)) and the depths achieving it."""
+        B = len(caps)
+        if not costs.packed or M == 0:
+            tokens = B + math.fsum(e.cum[min(M, c)] for e, c in zip(ests, caps))
+            return tokens / costs.seconds(method, B, self._nodes(M), M), [min(M, c) for c in caps]
+        gains = [e.gains for e in ests]
+        # the S - B largest gains (k <= M), best S: gains of one request are non-increasing in k,
+        # so a prefix of this order always takes each request's positions 1, 2, ... in turn
+        items = sorted((-g[k], k, i) for i, (g, c) in enumerate(zip(gains, caps)) for k in range(min(M, c)))
+        base = self._nodes(0)
+        best_rate, best_n = B / costs.seconds(method, B, base, M), 0
+        total, accepted = B * base, 0.0
+        for n, (neg, k, _) in enumerate(items, 1):
+            total += self._nodes(k + 1) - self._nodes(k)
+            accepted -= neg
+            rate = (B + accepted) / costs.seconds(method, B, total / B, M)
+            if rate > best_rate:
+                best_rate, best_n = rate, n
+        out = [0] * B
+        for _, k, i in items[:best_n]:
+            out[i] = max(out[i], k + 1)
+        return best_rate, out
+
+    def choose(self, request_ids: Sequence, caps: Sequence[int], method: str = "greedy",
+               order_keys: Sequence | None = None) -> Choice:
+        """Depths for the batch ``request_ids`` (batch order); ``caps[i]``: the most request i may
+        draft this step (its token budget; 0 when its drafter cannot draft); ``method``: the
+        step's verification. ``order_keys`` (default the ids) break exact ties between requests in
+        packed mode, so the choice does not depend on batch order."""
+        if len(caps) != len(request_ids):
+            raise ValueError(f"caps: expected one per request ({len(request_ids)}), got {len(caps)}")
+        live = set(request_ids)
+        for rid in [r for r in self.estimates if r not in live]:
+            del self.estimates[rid]
+        self.steps += 1
+        caps = [max(0, min(int(c), self.max_depth)) for c in caps]
+        if order_keys is not None:   # a batch-order-free order of requests for tie-breaking
+            perm = sorted(range(len(caps)), key=lambda i: str(order_keys[i]))
+        else:
+            perm = sorted(range(len(caps)), key=lambda i: str(request_ids[i]))
+        ids = [request_ids[i] for i in perm]
+        caps_p = [caps[i] for i in perm]
+        ests = [self._state(rid) for rid in ids]
+        top = max(caps_p, default=0)
+        costs = self.cfg.costs
+        found = {M: self._best_for_depth(costs, method, ests, caps_p, M) for M in range(top + 1)}
+        rates = {M: r for M, (r, _) in found.items()}
+        best = max(rates, key=lambda M: (rates[M], -M))
+        switched = False
+        self.since += 1
+        if self.current is None:
+            self.current, switched = best, True
+        elif best != self.current:
+            cur = min(self.current, top)
+            if rates[best] > rates[cur] * (1.0 + self.cfg.hysteresis) and self.since >= self.cfg.min_dwell:
+                self.current, switched = best, True
+                self.switches += 1
+        if switched:
+            self.since = 0
+        M = min(self.current, top)
+        depths_p = found[M][1]
+        probe = False
+        if M == 0 and top > 0:
+            self.idle += 1
+            if self.cfg.probe_every and self.idle >= self.cfg.probe_every and self._could_pay(method, caps_p, rates[0]):
+                depths_p, M, probe = [min(1, c) for c in caps_p], 1, True
+                self.probes += 1
+        if M > 0:
+            self.idle = 0
+        depths = [0] * len(caps)
+        for j, i in enumerate(perm):
+            depths[i] = depths_p[j]
+        return Choice(depths, M, rates, switched, probe)
+
+    def _could_pay(self, method: str, caps: Sequence[int], rate0: float) -> bool:
+        """Whether some depth would beat drafting nothing if every draft were accepted."""
+        B, costs = len(caps), self.cfg.costs
+        return any(B + sum(min(M, c) for c in caps) > rate0 * costs.seconds(method, B, self._nodes(M), M)
+                   for M in range(1, max(caps) + 1))
