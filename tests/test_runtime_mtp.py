@@ -133,3 +133,21 @@ def test_mtp_drafter_refuses_a_target_without_mtp_layers_and_a_draft(tmp_path, d
         load_pipeline(llama, drafter="mtp", draft_len=2)
     with pytest.raises(ValueError, match="reads the MTP layer from the target"):
         load_pipeline(ds, ds, drafter="mtp", draft_len=2)
+
+
+def test_mtp_newcomer_with_a_long_prompt_joins_a_deep_batch(ds):
+    """A refilled row's prompt is fed to the MTP layer at admission, so the next step's catch-up never pads a deep
+    request to the newcomer's prompt length (that width would run past the cache)."""
+    pipe = load_pipeline(ds, drafter="mtp", draft_len=3)
+    base = load_pipeline(ds, drafter="mtp", draft_len=0)
+    prompts = {"deep": [3, 9, 27], "short": [5, 6], "long": list(range(50, 95))}
+    budget = {"deep": 40, "short": 24, "long": 8}
+    eng = pipe.engine(max_batch_size=2, max_seq_len=60)
+    for rid in ("deep", "short", "long"):
+        eng.add_request(rid, prompts[rid], SamplingParams(max_new_tokens=budget[rid]))
+    got: dict[str, list[int]] = {}
+    while eng.has_work():
+        for o in eng.step():
+            got[o.request_id] = got.get(o.request_id, []) + o.new_token_ids
+    for rid, prompt in prompts.items():
+        assert got[rid] == base.generate_ids([prompt], max_new_tokens=budget[rid])[0][0], rid

@@ -64,27 +64,42 @@ class MTPDrafter(TreeDrafter):
         self.seen.pop(req.row, None)
         self.pending.pop(req.row, None)
 
+    @torch.no_grad()
+    def prefill(self, reqs):
+        """Feed the layer every pending entry but the last (which predicts the first draft), so that a step
+        never pads its batch's catch-up to a newcomer's prompt length."""
+        todo = [r for r in reqs if len(self.pending[r.row][1]) > 1]
+        if todo:
+            self._run_pending(todo, [len(self.pending[r.row][1]) - 1 for r in todo])
+
     def catch_up(self, reqs):
         """Feed the pending entries causally; returns (logits ``[B, V]``, g ``[B, E]``, slot of the last entry)."""
+        logits, g, lens, counts = self._run_pending(reqs, [len(self.pending[r.row][1]) for r in reqs])
+        last = (counts - 1).clamp(min=0)
+        b = torch.arange(len(reqs), device=self.device)
+        return logits[b, last], g[b, last], lens + counts - 1
+
+    def _run_pending(self, reqs, take: list[int]):
+        """Feed the first ``take[i]`` pending entries of each request to the layer (they become seen);
+        -> logits ``[B, T, V]``, states ``[B, T, E]``, the old ``seen`` ``[B]`` and ``take`` ``[B]``."""
         B, E = len(reqs), self.layer.config.hidden_size
         lens = torch.tensor([self.seen[r.row] for r in reqs], device=self.device)
-        counts = torch.tensor([len(self.pending[r.row][1]) for r in reqs], device=self.device)
+        counts = torch.tensor(take, device=self.device)
         T = max(int(counts.max()), 1)
         h = torch.zeros(B, T, E, device=self.device, dtype=self.layer.eh_proj.weight.dtype)
         tokens = torch.zeros(B, T, dtype=torch.int64, device=self.device)
         for i, r in enumerate(reqs):
             ph, pt = self.pending[r.row]
-            h[i, : len(pt)] = ph
-            tokens[i, : len(pt)] = torch.tensor(pt, dtype=torch.int64, device=self.device)
+            h[i, : take[i]] = ph[: take[i]]
+            tokens[i, : take[i]] = torch.tensor(pt[: take[i]], dtype=torch.int64, device=self.device)
         positions, write_idx, mask = masks.chain_block(lens, counts, T, self.cache.slots)
         rows = torch.tensor([r.row for r in reqs], device=self.device)
         g, logits = self.layer(tokens, h, positions, self.cache, rows, write_idx, mask)
-        last = (counts - 1).clamp(min=0)
-        b = torch.arange(B, device=self.device)
-        for r in reqs:
-            self.seen[r.row] += len(self.pending[r.row][1])
-            self.pending[r.row] = (self.pending[r.row][0][:0], [])
-        return logits[b, last], g[b, last], lens + counts - 1
+        for r, n in zip(reqs, take):
+            self.seen[r.row] += n
+            ph, pt = self.pending[r.row]
+            self.pending[r.row] = (ph[n:], pt[n:])
+        return logits, g, lens, counts
 
     def forward_nodes(self, rows, tokens, parent_state, positions, write_idx, mask):
         g, logits = self.layer(tokens, parent_state, positions, self.cache, rows, write_idx, mask)
