@@ -39,6 +39,10 @@ def test_kv_capacity_caps_the_running_batch_by_the_tokens_rule():
     assert w.tokens_per_request(3) == 251.0
     assert w.running(3) == 73
     assert w.running(0) == 74  # 248 tokens a request without speculation: floor(18560 / 248)
+    # Llama-3.3-70B on 2 H100 at concurrency 64: 26,432 tokens without speculation (all 64 run), 13,280 with EAGLE-3
+    # D = 5: 174 + 73 + 6 = 253 tokens a request -> 52 running (the logs show 42-50).
+    llama = Workload(concurrency=64, isl=174, osl=146, max_num_seqs=256, kv_tokens=26432, spec_kv_tokens=13280)
+    assert (llama.running(0), llama.running(5)) == (64, 52)
     # Hand-computed: 1000 tokens, ISL 100 / OSL 100: 151 a request at D = 0 -> 6; 154 at D = 3 -> 6, or 3 under
     # the speculative server's own 500-token capacity.
     small = Workload(concurrency=64, isl=100, osl=100, kv_tokens=1000)

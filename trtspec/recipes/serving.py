@@ -11,9 +11,9 @@ capacity) and turns one decode step into what the source measured:
   ``isl + osl / 2 + D + 1`` tokens (``TOKENS_RULE``). Checked on the one source that logs both (Tomas Ruiz's vLLM
   runs, tomasruizt/vllm-scripts@d94d714 ``results/logs-2026-01-23`` and ``online-throughput/``): Qwen3-32B on one
   H100 with a Qwen3-4B draft (18,560 tokens, ISL 147 / OSL 200, D = 3) gives 73 running against 52-92 logged
-  (median about 66) at concurrency 128-256; with the 1.7B draft (32,528 tokens) 127 against 90-158; EAGLE-3
-  (47,264 tokens) 183 against 140-222; Llama-3.3-70B on 2 H100 with EAGLE-3 D = 5 (13,280 tokens, ISL 174 / mean
-  OSL 146) 51 against 42-50 at concurrency 64. Where the source states no capacity the batch is the concurrency
+  (median about 66) at concurrency 128-256; at the same D with the 1.7B draft (32,528 tokens) 129 against 90-158;
+  EAGLE-3 (47,264 tokens) 188 against 140-222; Llama-3.3-70B on 2 H100 with EAGLE-3 D = 5 (13,280 tokens, ISL 174 /
+  mean OSL 146) 52 against 42-50 at concurrency 64. Where the source states no capacity the batch is the concurrency
   (the interval carries the rest). The speculative server's capacity is its own logged one, else the baseline's
   less the drafter's weights, over the target's plus the draft's KV per token (``spec_capacity``: an upper bound,
   the engine also sets aside more activation memory when it speculates -- 2.3 GiB more in those logs);
