@@ -77,6 +77,15 @@ def test_batch_pairs_keep_d_configuration_and_split():
     assert [(r.id, c.id) for r, c in pairs] == [("a", "b"), ("a", "d")]
 
 
+def test_batch_pairs_take_each_runs_own_mean_lengths_as_one_workload():
+    """A source that states every run's own mean prompt / output lengths still compares one workload (within 10%);
+    another workload of the same dataset (8x the prompt) does not pair."""
+    ms = [case(id="a", batch=1, isl=170, osl=146), case(id="b", batch=8, isl=174, osl=145),
+          case(id="c", batch=64, isl=1360, osl=146), case(id="d", batch=128, isl=1400, osl=150),
+          case(id="e", batch=16, isl=None, osl=None)]
+    assert [(r.id, c.id) for r, c in batch_pairs(ms)] == [("a", "b"), ("c", "d")]
+
+
 def test_shipped_corpus_scores_with_the_fitted_engines():
     """Every corpus case either scores or says why; held-out cases exist on the scored side."""
     from trtspec.recipes.fidelity import score_cases

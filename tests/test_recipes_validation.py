@@ -109,3 +109,28 @@ def test_corpus_items_carry_their_tags_and_the_roofline():
     prior = next(it for it in items if it.mode == "speedup-prior" and it.id == "a")
     assert prior.tag("prior") == "llama3.1-8b-eagle3" and prior.al != pytest.approx(2.9)
     assert not skipped.get("speedup")
+
+
+def test_a_served_cases_prior_prediction_prices_the_prefill_at_the_priors_al():
+    """With the prefill inside the measured time, the speculative round's prefill grows with AL: the speedup-prior
+    item must be priced at the prior's AL, not at the AL of 1 its D-only setup carries."""
+    import dataclasses
+
+    from trtspec.recipes.engines import load_engine
+    from trtspec.recipes.fidelity import predict, setup_case
+    from trtspec.recipes.fidelity_fit import FITTED
+    from trtspec.recipes.measurements import Measurement
+
+    m = Measurement(id="a", source="https://example.org/post", title="t", quote="q", gpu="h200", num_gpus=1, tp=1,
+                    model="meta-llama/Llama-3.1-8B-Instruct", quant="none", engine="vllm", drafter="eagle3",
+                    batch=64, batch_kind="concurrency", draft_len=3, al=None, isl=2048, osl=64,
+                    includes_prefill=True, baseline_tokens_per_s=4000.0, spec_tokens_per_s=4400.0,
+                    metric="output_tps_total", split="train")
+    items, _ = V.price_corpus([m])
+    prior = next(it for it in items if it.mode == "speedup-prior")
+    engine = load_engine("vllm")
+    x = [{**engine.params_us(), "verify_split": engine.verify_split}[k] for k in FITTED]
+    direct = predict(dataclasses.replace(setup_case(m, need_al=False), al=prior.al))
+    assert prior.predict(x) == pytest.approx(direct, rel=1e-6)
+    at_one = predict(setup_case(m, need_al=False)) * prior.al  # the old pricing: prefill at AL 1
+    assert prior.predict(x) < at_one

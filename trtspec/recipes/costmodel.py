@@ -183,6 +183,36 @@ def attention_time(arch: Architecture, block: Block, gpu: GPU, prec: Precision, 
     return max(passes * max(bytes_pass / bw, flops_pass / peak), gpu.kernel_floor)
 
 
+def prefill_attention_time(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: int, tokens: int) -> float:
+    """Causal self-attention of one request's prompt of ``tokens`` tokens (a prefill, nothing cached before it):
+    every (query, key) pair with the key at or before the query, within the layer's window -- ``T*w - w^2/2`` pairs
+    for a span w = min(T, window) -- at 2*(d_k + d_v) FLOPs per pair and local head, compute-bound (the prompt's
+    queries fill the MMA tiles). MLA is priced unabsorbed (per-head keys of qk_nope + qk_rope, values of
+    v_head_dim), as prefill kernels run it. Sparse / compressed layers: ``tokens`` query tokens at the mid-prompt
+    context (``trtspec.recipes.variants``: each query reads its own selected entries)."""
+    if block.sparse is not None:
+        return variants.attention_time(arch, block, gpu, prec, tp, 1, tokens, tokens // 2)
+    if block.mixer == "mla":
+        m = arch.mla
+        heads, dk, dv = max(1, arch.num_heads // tp), m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+    else:
+        d = arch.attn_dims(block)
+        heads, dk, dv = max(1, d.heads // tp), d.head_dim, d.v_head_dim
+    span = min(tokens, block.window) if block.window else tokens
+    pairs = tokens * span - span * span / 2.0
+    flops = 2.0 * heads * pairs * (dk + dv)
+    return max(flops / (gpu.peak_flops("bf16") * gpu.eff_compute), gpu.kernel_floor)
+
+
+def prefill_state_time(spec, gpu: GPU, tp: int, tokens: int) -> float:
+    """Linear-attention / Mamba-2 state of one prompt of ``tokens`` tokens: a chunked scan reads and writes the
+    state once (no per-token snapshots: nothing is verified) and does ``tokens`` tokens' FLOPs."""
+    bw = gpu.bandwidth * gpu.eff_bandwidth
+    peak = gpu.peak_flops("bf16") * gpu.eff_compute
+    per_request = (spec.state * STATE_BYTES + spec.conv * ACT_BYTES) / tp
+    return max(2.0 * per_request / bw, tokens * spec.flops_per_token / tp / peak, gpu.kernel_floor)
+
+
 def state_time(spec, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int) -> float:
     """Linear-attention / Mamba-2 state traffic: read once, write one snapshot per token (rollback of rejected drafts)."""
     bw = gpu.bandwidth * gpu.eff_bandwidth
@@ -223,20 +253,34 @@ def allreduce_time(gpu: GPU, tp: int, nbytes: float) -> float:
 
 
 def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int,
-               context: int, pricer=None, ep: int = 1) -> StepCost:
+               context: int, pricer=None, ep: int = 1, *, dp: int = 1, prefill: bool = False) -> StepCost:
     """One decoder layer of kind ``block``: the roofline, refined op class by op class by ``pricer``
-    (``trtspec.recipes.pricing.Pricer``) where measured kernel data exists."""
+    (``trtspec.recipes.pricing.Pricer``) where measured kernel data exists.
+
+    ``dp``: attention data parallelism (``tp`` divisible by it): the token mixer of each GPU runs at attention TP
+    ``tp / dp`` on its group's ceil(batch / dp) requests (its all-reduce over ``tp / dp`` GPUs), while the
+    feed-forward / experts see every group's ``batch * tokens`` tokens over all ``tp`` GPUs (the all-gather or
+    all-to-all that brings them there is priced as the all-reduce of those tokens). ``prefill``: ``batch`` prompts
+    of ``tokens`` tokens with nothing cached (``prefill_attention_time``, ``prefill_state_time``)."""
+    if dp < 1 or tp % dp:
+        raise RecipeError(f"attention data parallelism {dp} must divide --tp {tp}")
     m = batch * tokens
+    ta, ba = tp // dp, -(-batch // dp)
+    ma = ba * tokens
     c = StepCost(overhead=gpu.layer_overhead * (KERNEL_WEIGHT[block.mixer] + KERNEL_WEIGHT[block.ffn])
                  + gpu.kernel_floor * (SMALL_KERNELS[block.mixer] + SMALL_KERNELS[block.ffn]))
     if block.mixer:
-        c.linear += gemm_time(arch.mixer_params(block) / tp, m, gpu, prec, arch.hidden, prec.mixer_weight_bytes,
+        c.linear += gemm_time(arch.mixer_params(block) / ta, ma, gpu, prec, arch.hidden, prec.mixer_weight_bytes,
                               kernels=GEMM_COUNT[block.mixer])
+        state = arch.linear if block.mixer == "linear" else arch.mamba
         if block.mixer in ("linear", "mamba2"):
-            c.state += state_time(arch.linear if block.mixer == "linear" else arch.mamba, gpu, prec, tp, batch, tokens)
+            c.state += ba * prefill_state_time(state, gpu, ta, tokens) if prefill else \
+                state_time(state, gpu, prec, ta, ba, tokens)
+        elif prefill:
+            c.attention += ba * prefill_attention_time(arch, block, gpu, prec, ta, tokens)
         else:
-            c.attention += attention_time(arch, block, gpu, prec, tp, batch, tokens, context)
-        c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
+            c.attention += attention_time(arch, block, gpu, prec, ta, ba, tokens, context)
+        c.comm += allreduce_time(gpu, ta, ma * arch.hidden * ACT_BYTES)
     if block.ffn:
         gemms = GEMM_COUNT[block.ffn] if block.ffn == "dense" or arch.moe.shared_intermediate else 1  # router only
         c.linear += gemm_time(arch.ffn_params(block) / tp, m, gpu, prec, arch.hidden, kernels=gemms)
@@ -245,17 +289,19 @@ def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: 
         c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
     c.sources = {k: "GPU file" if k == "overhead" else "roofline" for k in COST_CLASSES if getattr(c, k) > 0}
     if pricer is not None:
-        pricer.block(arch, block, prec, tp, ep, batch, tokens, context, c)
+        pricer.block(arch, block, prec, tp, ep, batch, tokens, context, c, dp=dp, prefill=prefill)
     return c
 
 
 def forward_cost(arch: Architecture, gpu: GPU, prec: Precision, *, tp: int = 1, batch: int = 1, tokens: int = 1,
                  context: int = 4096, blocks=None, lm_head_params: int | None = None, step_overhead: bool = True,
-                 pricer=None, ep: int = 1) -> StepCost:
+                 pricer=None, ep: int = 1, dp: int = 1, prefill: bool = False) -> StepCost:
     """One forward of ``blocks`` (default: all of ``arch``'s layers, as a Counter of Block -> count) plus the LM head
     (``lm_head_params`` elements, default vocab*hidden; logits for every token) and the fixed per-step overhead
     (the GPU file's ``step_overhead``; with a ``pricer``, its engine's ``step`` in class ``engine``). ``ep``: expert
-    parallelism of the MoE layers (measured pricing only; the roofline splits experts by ``tp`` either way)."""
+    parallelism of the MoE layers (measured pricing only; the roofline splits experts by ``tp`` either way); ``dp``:
+    attention data parallelism (``block_cost``). ``prefill``: ``batch`` prompts of ``tokens`` tokens, nothing
+    cached, logits for each prompt's last token only."""
     if batch < 1 or tokens < 1 or context < 0 or tp < 1 or ep < 1:
         raise RecipeError(f"need batch >= 1, tokens >= 1, context >= 0, tp >= 1, ep >= 1; got {batch}, {tokens}, "
                           f"{context}, {tp}, {ep}")
@@ -266,10 +312,12 @@ def forward_cost(arch: Architecture, gpu: GPU, prec: Precision, *, tp: int = 1, 
         total.engine = pricer.engine.step
         total.sources["engine"] = pricer.engine.name
     for block, count in (blocks if blocks is not None else arch.block_counts()).items():
-        total.add(block_cost(arch, block, gpu, prec, tp, batch, tokens, context, pricer, ep), count)
+        total.add(block_cost(arch, block, gpu, prec, tp, batch, tokens, context, pricer, ep, dp=dp, prefill=prefill),
+                  count)
     head = arch.lm_head_params if lm_head_params is None else lm_head_params
-    measured = pricer.lm_head(head, arch.hidden, tp, batch * tokens) if pricer is not None else None
-    total.lm_head += measured if measured is not None else gemm_time(head / tp, batch * tokens, gpu, prec, arch.hidden)
+    rows = batch if prefill else batch * tokens
+    measured = pricer.lm_head(head, arch.hidden, tp, rows) if pricer is not None and head else None
+    total.lm_head += measured if measured is not None else gemm_time(head / tp, rows, gpu, prec, arch.hidden)
     total.sources["lm_head"] = pricer.label if measured is not None else "roofline"
     return total
 
@@ -280,7 +328,8 @@ def weight_bytes(arch: Architecture, prec: Precision, tp: int) -> float:
 
 
 def cache_bytes(arch: Architecture, prec: Precision, tp: int, batch: int, context: int) -> float:
-    """KV cache (sliding layers keep only their window) and recurrent states for ``batch`` requests, one GPU."""
+    """KV cache (sliding layers keep only their window) and recurrent states for ``batch`` requests, one GPU (with
+    attention data parallelism, call it with the attention TP and one group's requests)."""
     per_req = 0.0
     for block, count in arch.block_counts().items():
         if block.mixer in ("linear", "mamba2"):

@@ -80,9 +80,10 @@ class DrafterSpec:
         return DRAFTER_CLASS[self.kind]
 
     def step_time(self, target: Architecture, gpu: GPU, prec: Precision, *, tp: int, batch: int, draft_len: int,
-                  context: int, width: int = 1, pricer=None, ep: int = 1) -> StepCost:
+                  context: int, width: int = 1, pricer=None, ep: int = 1, dp: int = 1) -> StepCost:
         """Drafting phase for ``draft_len`` drafts (depth for a tree; ``width`` tokens per request per step);
-        ``pricer`` (``trtspec.recipes.pricing.Pricer``): measured kernels and the engine's fixed costs."""
+        ``pricer`` (``trtspec.recipes.pricing.Pricer``): measured kernels and the engine's fixed costs; ``dp``: the
+        target's attention data parallelism (the draft's layers run with it too)."""
         cost = StepCost()
         if draft_len <= 0:
             return cost
@@ -90,7 +91,7 @@ class DrafterSpec:
         if self.quant:
             prec = Precision.of(self.quant)
         fixed = _fixed_cost(pricer)
-        kw = dict(tp=tp, batch=batch, context=context, step_overhead=False, pricer=pricer, ep=ep)
+        kw = dict(tp=tp, batch=batch, context=context, step_overhead=False, pricer=pricer, ep=ep, dp=dp)
         if self.kind in ("ngram", "sa"):
             if pricer is None:
                 cost.overhead += LOOKUP_FIXED + LOOKUP_PER_TOKEN * draft_len
@@ -122,6 +123,56 @@ class DrafterSpec:
             head.lm_head += _gemm(self.draft_vocab, h, batch, gpu, prec, tp, pricer, h)
             cost.add(head, draft_len)
         return cost
+
+    def _layers(self, target: Architecture):
+        """(architecture, Counter of blocks) of the draft's own decoder layers; None for a lookup drafter."""
+        if self.kind in ("ngram", "sa"):
+            return None
+        if self.kind == "draft_model":
+            return self.draft_arch, self.draft_arch.block_counts()
+        if self.kind == "mtp":
+            return target, Counter({self._target_layer(target): 1})
+        n = 1 if self.kind == "eagle3" else self.dflash_layers
+        return _eagle_arch(target), Counter({Block("attention", "dense"): n})
+
+    def prefill_time(self, target: Architecture, gpu: GPU, prec: Precision, *, tp: int, tokens: int, pricer=None,
+                     ep: int = 1) -> float:
+        """Seconds for the drafter to take in one prompt of ``tokens`` tokens (its own layers fill their KV cache:
+        a draft model's whole forward, an EAGLE-3 / MTP / DFlash head's layers over the prompt's hidden states;
+        logits of the last token only); 0 for a lookup drafter."""
+        layers = self._layers(target)
+        if layers is None:
+            return 0.0
+        arch, blocks = layers
+        if self.quant:
+            prec = Precision.of(self.quant)
+        head = None if self.kind == "draft_model" else (0 if self.kind in ("mtp", "dflash") else
+                                                        self.draft_vocab * target.hidden)
+        return forward_cost(arch, gpu, prec, tp=tp, batch=1, tokens=tokens, context=0, blocks=blocks,
+                            lm_head_params=head, step_overhead=False, pricer=pricer, ep=ep, prefill=True).total
+
+    def kv_bytes_per_token(self, target: Architecture, prec: Precision, tp: int) -> float:
+        """KV cache of the draft's own layers per token on one GPU (what a speculative server sets aside beside the
+        target's, per cached token); 0 for a lookup drafter."""
+        from trtspec.recipes import variants
+        from trtspec.recipes.costmodel import cache_bytes
+
+        layers = self._layers(target)
+        if layers is None:
+            return 0.0
+        arch, blocks = layers
+        if self.quant:
+            prec = Precision.of(self.quant)
+        if self.kind == "draft_model":
+            return cache_bytes(arch, prec, tp, 1, 1)
+        out = 0.0
+        for block, count in blocks.items():
+            if block.is_variant:
+                out += count * variants.cache_bytes(arch, block, prec, tp, 1)
+            else:
+                div = 1 if block.mixer == "mla" else min(tp, arch.num_kv_heads)
+                out += count * arch.kv_elems_per_token(block) * prec.kv_bytes / div
+        return out
 
     def memory_bytes(self, target: Architecture, prec: Precision, tp: int) -> float:
         """Extra weights on one GPU (KV of the draft is small next to the target's and is left out)."""

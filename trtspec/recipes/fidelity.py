@@ -35,7 +35,10 @@ The published configuration maps to a plan as follows:
   ``topk`` tokens each;
 * context: ``isl + osl / 2`` (the mid-decode length) when both are stated, else ``DEFAULT_CONTEXT`` (1024 tokens:
   MT-bench-like chat turns);
-* concurrency is taken as the batch (every client in flight).
+* concurrency is taken as the batch (every client in flight), unless the case states how it was served
+  (``includes_prefill``, ``max_num_seqs``, the engine's logged KV capacity: ``trtspec.recipes.serving``): then the
+  running batch is capped by them and every request's prefill is priced inside the measured time;
+* ``dp_attention``: attention data parallelism of that size over the case's GPUs (``PlanRequest.dp_attention``).
 
 The engines' fixed costs are fitted on these figures (``trtspec.recipes.fidelity_fit``); how they transfer to a
 source they were not fitted on is measured leave-one-source-out (``trtspec.recipes.validation``).
@@ -60,12 +63,17 @@ MODES = ("speedup", "speedup-source-al", "batch-ratio", "baseline")
 SPEEDUP_MODES = MODES[:2]
 # what must match for two cases of one source to form a batch-ratio pair (besides the batch)
 PAIR_KEY = ("source", "split", "model", "gpu", "num_gpus", "tp", "ep", "quant", "priced_quant", "engine", "drafter",
-            "draft_model", "draft_len", "tree_nodes", "topk", "dataset", "isl", "osl", "metric", "batch_kind")
+            "draft_model", "draft_len", "tree_nodes", "topk", "dataset", "metric", "batch_kind")
+# isl / osl need only agree within this fraction: a source that states each run's own mean lengths (one dataset
+# sampled again at every concurrency) still compares one workload
+PAIR_LENGTH_TOLERANCE = 0.1
 
 
 @dataclass(frozen=True)
 class CaseSetup:
-    """A published case as a plan: the request (one batch), the drafter, D, verified tokens, width and AL."""
+    """A published case as a plan: the request (one batch), the drafter, D, verified tokens, width and AL;
+    ``workload``: how the figure was served (``trtspec.recipes.serving.Workload``; None: decode steps at the
+    published batch, nothing else in the time)."""
 
     case: object
     request: object
@@ -74,6 +82,7 @@ class CaseSetup:
     nodes: int
     topk: int
     al: float
+    workload: object = None
 
 
 @dataclass(frozen=True)
@@ -208,19 +217,46 @@ def setup_case(m, *, pricing: str = "perf-db", need_al: bool = True) -> CaseSetu
     topk = (m.topk or 1) if m.tree_nodes else 1
     dummy = AcceptanceProfile(rates=(0.5,), source="fidelity: the published AL is used directly")
     req = PlanRequest(model=arch, gpu=load_gpu(m.gpu), drafters=(spec,), acceptance={spec.kind: dummy}, tp=tp, ep=ep,
-                      quant=quant, batches=(m.batch,), context=context,
-                      max_draft_len=max(16, draft_len), engine=m.engine, pricing=pricing)
-    return CaseSetup(m, req, spec, draft_len, nodes, topk, float(al))
+                      quant=quant, batches=(m.batch,), context=context, max_draft_len=max(16, draft_len),
+                      engine=m.engine, pricing=pricing, dp_attention=m.dp_attention or 1)
+    return CaseSetup(m, req, spec, draft_len, nodes, topk, float(al), workload_of(m, req, spec))
+
+
+def workload_of(m, request, drafter):
+    """The case's ``trtspec.recipes.serving.Workload`` (None where it states nothing beyond the batch): the
+    speculative server's KV capacity is its logged one, else derived from the baseline's
+    (``serving.spec_capacity``)."""
+    from trtspec.recipes.costmodel import Precision
+    from trtspec.recipes.serving import Workload, spec_capacity
+
+    spec_kv = m.spec_kv_cache_tokens
+    if spec_kv is None and m.kv_cache_tokens:
+        spec_kv = spec_capacity(m.kv_cache_tokens, request.model, drafter, Precision.of(request.quant), request.tp)
+    w = Workload(concurrency=m.batch, isl=m.isl, osl=m.osl, includes_prefill=bool(m.includes_prefill),
+                 per_user=m.metric != "output_tps_total", max_num_seqs=m.max_num_seqs, kv_tokens=m.kv_cache_tokens,
+                 spec_kv_tokens=spec_kv)
+    return w if w.active else None
 
 
 def steps(setup: CaseSetup, pricer) -> tuple[float, float]:
-    """(step at D = 0, step of the published configuration), seconds."""
+    """(round at D = 0, round of the published configuration), seconds: the decode steps at the published batch,
+    or, with a ``workload``, the rounds of ``trtspec.recipes.serving.round_times`` (running batch under the
+    engine's caps, prefill in the measured time) -- either way ``batch * AL / round`` is the aggregate tok/s,
+    ``1 / round(0)`` the per-user baseline and ``AL * round(0) / round(D)`` the speedup."""
     from trtspec.recipes.optimizer import _Evaluator
+    from trtspec.recipes.serving import round_times, step_prefill
 
-    ev = _Evaluator(setup.request, setup.case.batch, pricer)
-    base = ev.point(setup.drafter, 0, 1.0, 1)
-    spec = ev.point(setup.drafter, setup.draft_len, setup.al, setup.nodes, setup.topk)
-    return base.step, spec.step
+    w, batch = setup.workload, setup.case.batch
+    running = (w.running(0), w.running(setup.draft_len)) if w is not None else (batch, batch)
+    ev0 = _Evaluator(setup.request, running[0], pricer)
+    evd = ev0 if running[1] == running[0] else _Evaluator(setup.request, running[1], pricer)
+    base = ev0.point(setup.drafter, 0, 1.0, 1)
+    spec = evd.point(setup.drafter, setup.draft_len, setup.al, setup.nodes, setup.topk)
+    if w is None:
+        return base.step, spec.step
+    prefill = (step_prefill(w, setup.request, None, running[0], 1, 1.0, pricer),
+               step_prefill(w, setup.request, setup.drafter, running[1], setup.nodes, setup.al, pricer))
+    return round_times(w, batch, (base.step, spec.step), prefill, running)
 
 
 def case_pricer(setup: CaseSetup, engine=None):
@@ -260,16 +296,27 @@ def score_cases(measurements, *, pricing: str = "perf-db", engines: dict | None 
     return scores, skipped
 
 
+def _same_length(a: int | None, b: int | None) -> bool:
+    return a == b or (a is not None and b is not None and abs(a - b) <= PAIR_LENGTH_TOLERANCE * max(a, b))
+
+
 def batch_pairs(measurements) -> list:
     """Pairs (reference, case) of one source with the same configuration (``PAIR_KEY``: D, tree, drafter, model,
-    GPUs, dataset, ... and split) at two batch sizes, the reference being the group's smallest batch; only cases
-    with a published speedup and D. A pair never spans the split (the two cases judge the same side)."""
+    GPUs, dataset, ... and split; isl and osl within ``PAIR_LENGTH_TOLERANCE``) at two batch sizes, the reference
+    being the group's smallest batch; only cases with a published speedup and D. A pair never spans the split (the
+    two cases judge the same side)."""
     groups: dict = {}
     for m in measurements:
         if m.draft_len is not None and m.speedup is not None:
-            groups.setdefault(tuple(getattr(m, k) for k in PAIR_KEY), []).append(m)
+            workloads = groups.setdefault(tuple(getattr(m, k) for k in PAIR_KEY), [])
+            for cases in workloads:  # the first workload whose lengths this case's agree with
+                if _same_length(cases[0].isl, m.isl) and _same_length(cases[0].osl, m.osl):
+                    cases.append(m)
+                    break
+            else:
+                workloads.append([m])
     out = []
-    for cases in groups.values():
+    for cases in (c for workloads in groups.values() for c in workloads):
         ref = min(cases, key=lambda c: c.batch)
         out += [(ref, c) for c in cases if c.batch != ref.batch]
     return out

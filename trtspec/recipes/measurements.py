@@ -81,7 +81,19 @@ class Measurement(BaseModel):
     it. ``priced_quant``: for ``quant: native``, the trtspec ``--quant`` the checkpoint's published formats amount
     to (e.g. ``fp4:attn=fp8``), the notes saying where the formats are stated. ``sweep`` is shared by the cases of
     one published sweep (over D or over batch) and never spans two sources. ``best_of_tested``: the source calls
-    this D the best of the draft lengths it tried at this batch (the others need not be published)."""
+    this D the best of the draft lengths it tried at this batch (the others need not be published).
+
+    How the figure was served (``trtspec.recipes.serving`` prices these; ``None``: not stated):
+    ``includes_prefill`` -- the published figure is over a run in which every request's prefill also ran on the same
+    GPUs (a serving benchmark's output tok/s or TPOT over whole requests; needs ``isl`` and ``osl``), ``False``: the
+    decode phase alone (a decode rank of a prefill-decode disaggregated deployment, a server-side decode counter);
+    ``pd_disaggregated`` -- prefill runs on other GPUs (then ``includes_prefill`` cannot be true); ``dp_attention``
+    -- the attention data-parallel size (SGLang / vLLM ``--enable-dp-attention``): each of that many attention
+    groups holds its own requests, so attention sees batch / dp_attention requests per GPU; it must divide the GPUs
+    (``tp``, else ``num_gpus``); ``max_num_seqs`` -- the engine's cap on running requests (vLLM ``--max-num-seqs``,
+    SGLang ``--max-running-requests``); ``kv_cache_tokens`` / ``spec_kv_cache_tokens`` -- the KV-cache capacity in
+    tokens that the engine logged for the no-speculation and the speculative server of this case (vLLM ``GPU KV
+    cache size: N tokens``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -121,6 +133,12 @@ class Measurement(BaseModel):
     sweep: Optional[str] = None
     best_of_tested: bool = False
     dataset: Optional[str] = None
+    includes_prefill: Optional[bool] = None
+    pd_disaggregated: bool = False
+    dp_attention: Optional[int] = Field(default=None, ge=1)
+    max_num_seqs: Optional[int] = Field(default=None, ge=1)
+    kv_cache_tokens: Optional[int] = Field(default=None, ge=1)
+    spec_kv_cache_tokens: Optional[int] = Field(default=None, ge=1)
     split: Literal[SPLITS]
     notes: Optional[str] = None
 
@@ -186,6 +204,15 @@ class Measurement(BaseModel):
             raise ValueError(f"priced_quant: only for quant: native (the checkpoint as shipped), got quant {self.quant!r}")
         if self.tree_nodes is not None and (self.draft_len is None or self.tree_nodes < self.draft_len):
             raise ValueError(f"tree_nodes: {self.tree_nodes} needs a draft_len (tree depth) <= tree_nodes")
+        if self.includes_prefill and self.pd_disaggregated:
+            raise ValueError("includes_prefill: a prefill-decode disaggregated deployment prefills on other GPUs")
+        if self.includes_prefill and (self.isl is None or self.osl is None):
+            raise ValueError("includes_prefill: pricing the prefill in the figure needs isl and osl")
+        gpus = self.tp or self.num_gpus
+        if self.dp_attention is not None and (gpus is None or gpus % self.dp_attention):
+            raise ValueError(f"dp_attention: {self.dp_attention} must divide the GPUs (tp, else num_gpus), got {gpus}")
+        if self.spec_kv_cache_tokens is not None and self.draft_len is None:
+            raise ValueError("spec_kv_cache_tokens: the speculative server's capacity needs the case's draft_len")
 
     def _check_figures(self):
         tps = (self.baseline_tokens_per_s, self.spec_tokens_per_s)

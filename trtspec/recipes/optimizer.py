@@ -56,7 +56,10 @@ class PlanRequest:
     roofline elsewhere, the engine's fixed costs) or ``roofline`` (the analytic model alone, GPU-file fixed costs);
     ``ep``: expert-parallel GPUs of the MoE layers (divides ``tp``; measured MoE pricing only); ``engine_profile``:
     an ``EngineProfile`` of ``engine`` replacing its file ``recipes/engines/<engine>.yaml`` (a deployment
-    calibration's fitted figures, ``trtspec.recipes.user_calibration``; ``pricing='perf-db'`` only)."""
+    calibration's fitted figures, ``trtspec.recipes.user_calibration``; ``pricing='perf-db'`` only);
+    ``dp_attention``: attention data parallelism over the ``tp`` GPUs (SGLang / vLLM ``--enable-dp-attention``):
+    each of that many groups attends over its own batch / dp_attention requests at attention TP tp / dp_attention,
+    the experts still see every token (``trtspec.recipes.costmodel.block_cost``)."""
 
     model: Architecture
     gpu: GPU
@@ -77,6 +80,7 @@ class PlanRequest:
     pricing: str = "perf-db"
     ep: int = 1
     engine_profile: EngineProfile | None = None
+    dp_attention: int = 1
 
     def __post_init__(self):
         if not self.drafters:
@@ -103,6 +107,8 @@ class PlanRequest:
             raise RecipeError(f"--pricing must be one of {PRICINGS}, got {self.pricing!r}")
         if self.ep < 1 or self.tp % self.ep:
             raise RecipeError(f"--ep must be >= 1 and divide --tp {self.tp}, got {self.ep}")
+        if self.dp_attention < 1 or self.tp % self.dp_attention:
+            raise RecipeError(f"dp_attention must be >= 1 and divide --tp {self.tp}, got {self.dp_attention}")
         if self.engine_profile is not None and (self.engine_profile.name != self.engine or self.pricing != "perf-db"
                                                 or self.calibration is not None):
             raise RecipeError(f"engine_profile {self.engine_profile.name!r} prices --engine {self.engine} with "
@@ -232,7 +238,7 @@ class _Evaluator:
             else:
                 self._verify[tokens] = _kernels_scaled(forward_cost(
                     r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch, tokens=tokens, context=r.context,
-                    pricer=self.pricer, ep=r.ep, blocks=self.blocks), self.pricer)
+                    pricer=self.pricer, ep=r.ep, blocks=self.blocks, dp=r.dp_attention), self.pricer)
         return self._verify[tokens]
 
     def draft(self, spec: DrafterSpec, depth: int, width: int) -> StepCost:
@@ -249,7 +255,7 @@ class _Evaluator:
             else:
                 cost = _kernels_scaled(spec.step_time(r.model, r.gpu, self.prec, tp=r.tp, batch=self.batch,
                                                       draft_len=depth, context=r.context, width=width,
-                                                      pricer=self.pricer, ep=r.ep), self.pricer)
+                                                      pricer=self.pricer, ep=r.ep, dp=r.dp_attention), self.pricer)
             self._draft[key] = cost
         return self._draft[key]
 
@@ -396,18 +402,24 @@ def _interval(req: PlanRequest, p: Point, spec: DrafterSpec, best_spec: Point | 
 
 def memory_needed(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int, memo: dict | None = None) -> float:
     """Bytes on one GPU: target weights + KV cache / states for ``batch`` requests of ``context + nodes`` tokens +
-    the drafter's weights (none at D = 0, where speculation is off). ``memo``: a dict reused across calls of one
-    plan (weights, per-request cache bytes per length and draft weights are computed once)."""
+    the drafter's weights and its own KV cache for those tokens (none at D = 0, where speculation is off; a draft
+    model's KV per token is a sizeable share of the target's, e.g. 44% for Qwen3-1.7B beside Qwen3-32B). With
+    attention data parallelism a GPU holds one group's ceil(batch / dp_attention) requests at attention TP
+    tp / dp_attention. ``memo``: a dict reused across calls of one plan (weights, per-request cache bytes per
+    length and draft weights are computed once)."""
     memo = {} if memo is None else memo
     prec = Precision.of(req.quant)
+    ta, groups = req.tp // req.dp_attention, -(-batch // req.dp_attention)
     if "weights" not in memo:
         memo["weights"] = weight_bytes(req.model, prec, req.tp)
     length = req.context + nodes
     if ("kv", length) not in memo:
-        memo["kv", length] = cache_bytes(req.model, prec, req.tp, 1, length)
+        memo["kv", length] = cache_bytes(req.model, prec, ta, 1, length)
     if nodes > 1 and ("draft", spec.kind) not in memo:
-        memo["draft", spec.kind] = spec.memory_bytes(req.model, prec, req.tp)
-    return memo["weights"] + batch * memo["kv", length] + (memo["draft", spec.kind] if nodes > 1 else 0.0)
+        memo["draft", spec.kind] = (spec.memory_bytes(req.model, prec, req.tp),
+                                    spec.kv_bytes_per_token(req.model, prec, ta))
+    weights, kv_token = memo["draft", spec.kind] if nodes > 1 else (0.0, 0.0)
+    return memo["weights"] + groups * (memo["kv", length] + kv_token * length) + weights
 
 
 def _fits(req: PlanRequest, spec: DrafterSpec, batch: int, nodes: int, memo: dict | None = None) -> bool:

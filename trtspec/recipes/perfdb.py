@@ -29,6 +29,8 @@ and extrapolates beyond the collected grid; it never reads the parquet files its
   (e.g. a fused-MoE configuration change between 4 and 6 tokens) is the engine's choice for that shape, which
   published serving runs do not show (Kimi-K2.6 EAGLE-3 on 8 RTX PRO 6000: 1.32x / 1.41x at concurrency 1 / 4), so
   it does not move the price;
+* prefill attention (``context_attention`` / ``context_mla``: one prompt, causal, bf16 FMHA) is asked at the
+  prompt's own length, the package interpolating between the lengths it collected;
 * every answer is memoised per shape and ladder point, so a plan costs at most one query per shape and ladder point;
 * ``tiers`` collects the provenance tiers the engine reported (``silicon`` = collected rows; anything else, e.g.
   ``empirical``, is a formula the package fell back to) so the plan can say what priced each op class.
@@ -109,14 +111,14 @@ class PerfDB:
     def label(self) -> str:
         return f"perf-db {self.engine} {self.version} {self.system}"
 
-    def _eval(self, make_op, *, batch: int, s: int, x: int | None, key: tuple) -> float | None:
+    def _eval(self, make_op, *, batch: int, s: int, x: int | None, key: tuple, context: bool = False) -> float | None:
         full = (key, batch, s, x)
         if full in self._memo:
             return self._memo[full]
         from aiconfigurator_core.sdk.engine import build_ops_json
 
         try:
-            (_, ms, _, tier), = self._handle.evaluate_ops_json(build_ops_json([make_op()]), is_context=False,
+            (_, ms, _, tier), = self._handle.evaluate_ops_json(build_ops_json([make_op()]), is_context=context,
                                                                batch_size=int(batch), s=int(s),
                                                                x=None if x is None else int(x))
         except _no_data_errors():
@@ -195,6 +197,30 @@ class PerfDB:
         return self._monotone(key, batch, lambda v: self._eval(
             lambda: GenerationMLA("generation_attention", 1, int(heads), q), batch=v, s=max(1, context), x=None,
             key=key))
+
+    def context_attention(self, tokens: int, heads: int, kv_heads: int, head_dim: int, kv_quant: str,
+                          window: int | None = None) -> float | None:
+        """One layer's causal prefill attention of one prompt of ``tokens`` tokens (bf16 FMHA, the package's
+        context-attention tables; its own interpolation between collected prompt lengths)."""
+        from aiconfigurator_core.sdk import common
+        from aiconfigurator_core.sdk.operations import ContextAttention
+
+        q = getattr(common.KVCacheQuantMode, kv_quant)
+        extra = {"window_size": int(window)} if window else {}
+        key = ("ctx_attn", heads, kv_heads, head_dim, kv_quant, window)
+        return self._eval(lambda: ContextAttention("context_attention", 1, int(heads), int(kv_heads), q,
+                                                   common.FMHAQuantMode.bfloat16, head_size=int(head_dim), **extra),
+                          batch=1, s=max(1, int(tokens)), x=None, key=key, context=True)
+
+    def context_mla(self, tokens: int, heads: int, kv_quant: str) -> float | None:
+        """One layer's causal prefill MLA of one prompt of ``tokens`` tokens for ``heads`` local heads."""
+        from aiconfigurator_core.sdk import common
+        from aiconfigurator_core.sdk.operations import ContextMLA
+
+        q = getattr(common.KVCacheQuantMode, kv_quant)
+        key = ("ctx_mla", heads, kv_quant)
+        return self._eval(lambda: ContextMLA("context_attention", 1, int(heads), q, common.FMHAQuantMode.bfloat16),
+                          batch=1, s=max(1, int(tokens)), x=None, key=key, context=True)
 
     def mla_bmm(self, tokens: int, heads: int, quant: str, pre: bool) -> float | None:
         """The absorbed MLA batched GEMM before (``pre``) or after attention for ``tokens`` tokens."""

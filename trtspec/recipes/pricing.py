@@ -30,7 +30,11 @@ Shapes the database does not measure, and the rule that derives them from what i
   (Model-Optimizer leaves ``lm_head`` unquantized) with M = B*T (logits for every verified token);
 * **MoE**: B*T routed tokens, power-law routing (``perfdb.MOE_DISTRIBUTION``), MoE TP = tp / ep and EP = ep
   (measured axes);
-* **all-reduce**: two per layer (after the mixer and after the feed-forward) of B*T tokens (measured axis);
+* **all-reduce**: two per layer (after the mixer and after the feed-forward) of B*T tokens (measured axis); with
+  attention data parallelism (``dp``) the mixer's runs over the ``tp / dp`` GPUs of a group on its own tokens;
+* **prefill** (a prompt of T tokens, nothing cached: ``trtspec.recipes.serving`` prices the prompts inside a
+  measured run): GEMMs, experts and all-reduces at M = T rows, attention from the package's context-attention /
+  context-MLA tables (causal, one prompt);
 * **state mixers** (gated DeltaNet, Mamba-2): the recurrent-state kernels stay on the roofline (the package's
   kernels need sizes the descriptor does not keep); their projections are priced as one GEMM of the same weight
   count (n = params / hidden, k = hidden);
@@ -92,23 +96,28 @@ class Pricer:
         return self.db.gemm(max(1, round(params / hidden / tp)), hidden, m, "bfloat16")
 
     # ---- one decoder block -----------------------------------------------------------------------------------------
-    def block(self, arch, block, prec, tp: int, ep: int, batch: int, tokens: int, context: int, cost) -> None:
-        """Overwrite the measured op classes of ``cost`` (one block's roofline ``StepCost``) and set their sources."""
+    def block(self, arch, block, prec, tp: int, ep: int, batch: int, tokens: int, context: int, cost, *,
+              dp: int = 1, prefill: bool = False) -> None:
+        """Overwrite the measured op classes of ``cost`` (one block's roofline ``StepCost``) and set their sources;
+        ``dp``: attention data parallelism, ``prefill``: ``batch`` prompts of ``tokens`` tokens
+        (``trtspec.recipes.costmodel.block_cost``)."""
         if self.db is None:
             return
         m = batch * tokens
+        ta, ba = tp // dp, -(-batch // dp)
         gemms = []
         if block.mixer:
-            gemms += _mixer_gemms(self, arch, block, prec, tp, m)
+            gemms += _mixer_gemms(self, arch, block, prec, ta, ba * tokens)
         if block.ffn:
             gemms += _ffn_gemms(self, arch, block, prec, tp, m)
         if gemms and all(t is not None for t in gemms):
             cost.linear = sum(gemms)
             cost.sources["linear"] = self.label
         if block.mixer in ("attention", "sliding", "mla") and block.sparse is None:
-            att = _attention(self, arch, block, prec, tp, batch, tokens, context)
+            att = _prefill_attention(self, arch, block, prec, ta, tokens) if prefill else \
+                _attention(self, arch, block, prec, ta, ba, tokens, context)
             if att is not None:
-                cost.attention = att
+                cost.attention = att * (ba if prefill else 1)
                 cost.sources["attention"] = self.label
         if block.ffn == "moe":
             moe = arch.moe
@@ -119,9 +128,10 @@ class Pricer:
                 cost.moe = t
                 cost.sources["moe"] = self.label
         if tp > 1:
-            ar = self.db.allreduce(m, arch.hidden, tp)
-            if ar is not None:
-                cost.comm = ar * ((1 if block.mixer else 0) + (1 if block.ffn else 0))
+            mixer = self.db.allreduce(ba * tokens, arch.hidden, ta) if block.mixer else 0.0
+            ffn = self.db.allreduce(m, arch.hidden, tp) if block.ffn else 0.0
+            if mixer is not None and ffn is not None:
+                cost.comm = mixer + ffn
                 cost.sources["comm"] = self.label
 
 
@@ -193,6 +203,19 @@ def _attention(p: Pricer, arch, block, prec, tp: int, batch: int, tokens: int, c
         return packed
     apart = one(batch * tokens)
     return None if apart is None else packed + split * (apart - packed)
+
+
+def _prefill_attention(p: Pricer, arch, block, prec, tp: int, tokens: int) -> float | None:
+    """One prompt of ``tokens`` tokens through one layer's attention: the package's context-attention (prefill)
+    tables (bf16 FMHA; MLA: its context-MLA tables), None where they hold no such kernel."""
+    kvq = "fp8" if prec.kv_bytes <= 1.0 else "bfloat16"
+    if block.mixer == "mla":
+        return p.db.context_mla(tokens, max(1, arch.num_heads // tp), kvq)
+    d = arch.attn_dims(block)
+    if d.v_head_dim != d.head_dim:
+        return None
+    return p.db.context_attention(tokens, max(1, d.heads // tp), max(1, d.kv_heads // tp), d.head_dim, kvq,
+                                  block.window)
 
 
 def make_pricer(gpu: GPU, engine: str = "trtllm", pricing: str = "perf-db",

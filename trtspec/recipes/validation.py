@@ -27,13 +27,15 @@ On top of the LOSO predictions:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
 
 from trtspec.recipes.errors import RecipeError
 
-GPU_FAMILY = {"a100": "ampere", "l40s": "ada", "h100": "hopper", "h200": "hopper", "h20": "hopper",
+GPU_FAMILY = {"a100": "ampere", "l40s": "ada", "h100": "hopper", "h100-pcie": "hopper", "h200": "hopper",
+              "h20": "hopper",
               "b200": "blackwell", "b300": "blackwell", "gb200": "blackwell", "gb300": "blackwell",
               "rtx-pro-6000": "blackwell-rtx"}
 DRAFTER_CLASS_NAMES = {"sequential": "sequential", "parallel": "parallel", "lookup": "host-side"}
@@ -206,7 +208,8 @@ def _prior_items(measurements, skipped: dict) -> list:
             found = prior_al(m, setup.draft_len)
             if found is None:
                 raise RecipeError(f"no published {m.drafter} prior for a chain")
-            terms = linear_terms(setup)
+            # priced at the prior's AL: a served figure's prefill share grows with it (trtspec.recipes.serving)
+            terms = linear_terms(dataclasses.replace(setup, al=found[0]))
         except RecipeError as exc:
             skipped.setdefault("speedup-prior", {})[m.id] = str(exc)
             continue
