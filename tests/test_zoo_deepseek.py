@@ -111,6 +111,6 @@ def test_smoke_training_run_writes_a_loadable_mtp_target(tmp_path):
 
 def test_deepseek_arch_refuses_llama_only_options(tmp_path):
     with pytest.raises(SystemExit):
-        main(["--arch", "deepseek-v3", "--smoke", "--out", str(tmp_path / "x"), "--no-eagle3"])
+        main(["--arch", "deepseek-v3", "--smoke", "--out", str(tmp_path / "x"), "--no-heads"])
     with pytest.raises(SystemExit):
         main(["--arch", "deepseek-v3", "--smoke"])   # must not overwrite the shipped model

@@ -332,8 +332,8 @@ def _main_deepseek(p: argparse.ArgumentParser, args) -> int:
     from . import DEEPSEEK_CARD, DEEPSEEK_DIR
     from .deepseek import DeepseekTrainConfig, run as run_deepseek
 
-    if args.draft_steps is not None or args.distill_steps is not None or args.no_eagle3:
-        p.error("--draft-steps, --distill-steps and --no-eagle3 belong to --arch llama")
+    if args.draft_steps is not None or args.distill_steps is not None or args.no_heads:
+        p.error("--draft-steps, --distill-steps and --no-heads belong to --arch llama")
     if args.smoke and args.out is None:
         p.error("--smoke needs --out DIR (the smoke model must not replace the shipped one)")
     cfg = DeepseekTrainConfig.smoke() if args.smoke else DeepseekTrainConfig()
