@@ -45,6 +45,9 @@ CASES = {
     "dspark": dict(drafter="dspark", acceptance=RATES),
     "dspark-adaptive": dict(drafter="dspark", acceptance=RATES, speculation="adaptive", verify="block"),
     "dflash": dict(drafter="dflash", acceptance=RATES),
+    # the demo target's own heads, Model-Optimizer exports trained by `trtspec train-draft` (no --target / --draft)
+    "dflash-demo": dict(drafter="dflash"),
+    "dspark-demo": dict(drafter="dspark"),
     "draft_model-ep": dict(drafter="draft_model", tp=2, ep=2, quant="none", acceptance=RATES),  # MoE target below
     # the DeepSeek-V3-layout demo (MLA, MoE, its MTP layer re-attached unquantized by the build)
     "mtp-fp8": dict(drafter="mtp", quant="fp8"),
@@ -72,6 +75,12 @@ def block_draft(root: Path, drafter: str) -> Path:
     return root
 
 
+def demo_block_facts(drafter: str) -> tuple[int, int, int | None]:
+    """(block size, mask token, Markov rank) of the demo target's DFlash / DSpark head, read from its config.json."""
+    cfg = json.loads((Path(demo_pair(drafter)[1]) / "config.json").read_text())
+    return cfg["block_size"], cfg["dflash_config"]["mask_token_id"], cfg["dflash_config"].get("markov_rank")
+
+
 def moe_target(root: Path) -> Path:
     """The demo target's files under a Mixtral config (4 routed experts, top-2): the engines' config code reads
     config.json only, and expert parallelism needs experts to spread (built with --quant none: the weights are the
@@ -92,9 +101,9 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
     out = {}
     for name, kw in CASES.items():
         kw = dict(kw)
-        if kw["drafter"] in ("ngram", "sa", "dflash", "dspark"):
+        if kw["drafter"] in ("ngram", "sa", "dflash", "dspark") and not name.endswith("-demo"):
             kw["target"] = Path(target)
-        if kw["drafter"] in ("dflash", "dspark"):
+        if kw["drafter"] in ("dflash", "dspark") and not name.endswith("-demo"):
             kw["draft"] = block_draft(root / f"{name}-draft", kw["drafter"])
         if kw.get("ep", 1) > 1 and kw["drafter"] != "mtp":   # the DeepSeek-V3-layout demo has its own experts
             kw.update(target=moe_target(root / f"{name}-target"), draft=Path(demo_pair("draft_model")[1]))
@@ -232,11 +241,12 @@ def test_trtllm_rewrites_what_trtspec_leaves_to_it(case, bundles, trtllm_results
     spec = trtllm_results[case]["resolved"]["speculative_config"]
     assert "max_total_draft_tokens" not in written
     assert spec["max_total_draft_tokens"] == written["max_draft_len"]
+    block, mask, rank = (BLOCK, 0, 8) if not case.endswith("-demo") else demo_block_facts(case.split("-")[0])
     if written["decoding_type"] == "DSpark":
-        assert "block_size" not in written and (spec["block_size"], spec["max_draft_len"]) == (BLOCK, BLOCK)
-        assert (spec["target_layer_ids"], spec["mask_token_id"], spec["markov_rank"]) == ([1, 4], 0, 8)
+        assert "block_size" not in written and (spec["block_size"], spec["max_draft_len"]) == (block, block)
+        assert (spec["target_layer_ids"], spec["mask_token_id"], spec["markov_rank"]) == ([1, 4], mask, rank)
     if written["decoding_type"] == "DFlash":
-        assert (spec["target_layer_ids"], spec["mask_token_id"]) == ([1, 4], 0)
+        assert (spec["target_layer_ids"], spec["mask_token_id"]) == ([1, 4], mask)
 
 
 def test_trtllm_refuses_or_overrides_what_trtspec_must_not_write(bundles, tmp_path):

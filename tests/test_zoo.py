@@ -85,9 +85,11 @@ def test_checksum_verification_detects_a_changed_file(tmp_path):
     assert "demo/target/config.json: listed in MODEL_CARD.md but missing" in verify_checksums(card, demo)
 
 
-def test_demo_size_under_25_mb():
+def test_demo_size_under_30_mb():
+    """The demo pair and its three heads (EAGLE-3, DFlash, DSpark; about 2.5-3 MB each in bfloat16) stay small
+    enough to ship in the package."""
     total = sum(p.stat().st_size for p in DEMO_DIR.rglob("*") if p.is_file())
-    assert total <= 25 * 1024 * 1024, f"demo pair is {total / 1e6:.1f} MB"
+    assert total <= 30 * 1024 * 1024, f"demo pair is {total / 1e6:.1f} MB"
 
 
 def test_demo_acceptance_profile_is_consistent_and_meets_goal():
