@@ -188,7 +188,8 @@ def test_repository_loads_and_logs_backend_choice(server):
         assert {"name": model, "version": "1", "state": "READY"} in server.models()
     log = server.log_path.read_text(errors="replace")
     assert "serving" in log and "with trtspec (" in log  # the choice and its reason, at load
-    assert "draft_len 3, verify greedy" in log and "draft_len 3, verify block" in log
+    for verify in ("greedy", "block"):
+        assert f"draft_len 3, static speculation, verify {verify}" in log
 
 
 def test_http_generate_matches_runtime_greedy(server, greedy):
