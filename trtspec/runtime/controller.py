@@ -122,6 +122,8 @@ class StepCosts:
         greedy = (_Grid(table.get("target"), "cost table 'target'"), _Grid(table.get("draft"), "cost table 'draft'"))
         self.tables = {"greedy": greedy, "sample": greedy}
         self.priced_sampled = "sample" in table
+        self._memo: dict[tuple, float] = {}   # (method, batch, tokens, depth) -> seconds: a step's price is read
+        #                                       for every depth before every step, from a handful of shapes
         if self.priced_sampled:
             s = table["sample"]
             if not isinstance(s, Mapping):
@@ -132,8 +134,15 @@ class StepCosts:
     def seconds(self, method: str, batch: int, tokens_per_request: float, depth: int) -> float:
         """One step: verification of ``tokens_per_request`` tokens for each of ``batch`` requests plus
         ``depth`` serial draft steps, verified by ``method`` (greedy | sample | block)."""
-        target, draft = self.tables[METHOD_TABLES[method]]
-        return target(batch, tokens_per_request) + (depth * draft(batch, 1) if depth else 0.0)
+        key = (method, batch, tokens_per_request, depth)
+        got = self._memo.get(key)
+        if got is None:
+            target, draft = self.tables[METHOD_TABLES[method]]
+            got = target(batch, tokens_per_request) + (depth * draft(batch, 1) if depth else 0.0)
+            if len(self._memo) >= 65536:   # packed steps price fractional token counts: keep it bounded
+                self._memo.clear()
+            self._memo[key] = got
+        return got
 
 
 @dataclass(frozen=True)
@@ -264,6 +273,10 @@ class Controller:
         self.probes = 0
         self.idle = 0                          # consecutive steps that drafted nothing by choice
         self.steps = 0
+        self._version = 0                      # bumped whenever an estimate or the pool changes
+        self.reused = 0                        # choices that reused the last evaluation
+        self._last: tuple | None = None        # (key, per-depth results) of the last choice: reused while
+        #                                        the batch, its caps, the method and every estimate are unchanged
 
     # -- estimates ---------------------------------------------------------------------------
     def _state(self, rid) -> _Estimate:
@@ -283,6 +296,7 @@ class Controller:
             raise ValueError(f"rates: expected {self.max_depth} values in [0, 1], got {list(rates)}")
         est.rates[:] = [float(a) for a in rates]
         est._derive()
+        self._version += 1
 
     @property
     def drafting(self) -> bool:
@@ -302,6 +316,8 @@ class Controller:
             for k in range(min(d, a + 1, self.max_depth)):
                 reached[k] += 1
                 hits[k] += k < a
+        if any(reached):
+            self._version += 1
         for k, n in enumerate(reached):   # integer counts: the same whatever the batch order
             if n:
                 w = 1.0 - (1.0 - self.cfg.pool) ** n
@@ -354,10 +370,16 @@ class Controller:
             perm = sorted(range(len(caps)), key=lambda i: str(request_ids[i]))
         ids = [request_ids[i] for i in perm]
         caps_p = [caps[i] for i in perm]
-        ests = [self._state(rid) for rid in ids]
         top = max(caps_p, default=0)
-        costs = self.cfg.costs
-        found = {M: self._best_for_depth(costs, method, ests, caps_p, M) for M in range(top + 1)}
+        key = (method, tuple(ids), tuple(caps_p), self._version)
+        if self._last is not None and self._last[0] == key:   # nothing the choice depends on has changed
+            found = self._last[1]
+            self.reused += 1
+        else:
+            ests = [self._state(rid) for rid in ids]
+            costs = self.cfg.costs
+            found = {M: self._best_for_depth(costs, method, ests, caps_p, M) for M in range(top + 1)}
+            self._last = (key, found)
         rates = {M: r for M, (r, _) in found.items()}
         best = max(rates, key=lambda M: (rates[M], -M))
         switched = False
