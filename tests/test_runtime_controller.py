@@ -289,7 +289,7 @@ def churning_stream(ctl, rng, steps, batch=6, method="greedy", fresh=False):
             ctl._last = None
         c = ctl.choose(ids, [rng.choice((3, 4, 4, 4)) if rng.random() < 0.1 else 4 for _ in ids], method)
         out.append((c.depth, c.depths))
-        ctl.observe(ids, c.depths, [bernoulli_step(rng, (truth[i],), d) for i, d in zip(ids, c.depths)])
+        ctl.observe(ids, c.depths, [bernoulli_step(rng, (truth[i],), d) for i, d in zip(ids, c.depths)], method)
     return out
 
 
@@ -307,3 +307,33 @@ def test_reused_choice_equals_a_fresh_one(draft_s):
     if draft_s > 1:   # a batch drafting nothing learns nothing: most steps reuse the last evaluation
         assert sum(d == 0 for d, _ in a) > 550 and cached.reused > 150
 
+
+def test_sampled_and_greedy_steps_keep_separate_pools():
+    """Greedy and sampled verification accept different drafts: a sampled stream that accepts
+    everything leaves the greedy pool (what greedy newcomers start from) at the prior."""
+    costs = near_tie_table()
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.1,), pool=0.05, hysteresis=0.0, min_dwell=0), 4)
+    for step in range(100):
+        ids = [f"s{step}-{i}" for i in range(4)]
+        ctl.choose(ids, [4] * 4, "sample")
+        ctl.observe(ids, [4] * 4, [4] * 4, "sample")
+    assert min(ctl.pools["sample"]) > 0.9 and ctl.pool == [0.1] * 4
+    assert ctl.choose(["g"], [4], "greedy").depths == [0]          # the greedy newcomer starts at the prior
+    assert ctl.estimates["g"].rates == [0.1] * 4
+    assert ctl.choose(["s"], [4], "sample").depths == [4]          # the sampled one at the sampled pool
+    assert ctl.estimates["s"].rates == ctl.pools["sample"]
+
+
+def test_pool_positions_never_reached_follow_the_pools_level():
+    """A batch held at depth 1 that accepts 90 % lifts the pool's deeper positions with it (as
+    a request's unreached positions follow its level), so newcomers are offered deeper drafts."""
+    costs = near_tie_table()
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), pool=0.05), 4)
+    rng = random.Random(2)
+    for step in range(300):
+        ids = [f"s{step}-{i}" for i in range(4)]
+        ctl.choose(ids, [4] * 4)
+        ctl.observe(ids, [1] * 4, [bernoulli_step(rng, (0.9,), 1) for _ in ids])
+    assert ctl.pool[0] == pytest.approx(0.9, abs=0.05)
+    assert ctl.pool[1:] == pytest.approx([ctl.pool[0]] * 3)   # flat prior: the same level everywhere
+    assert ctl.choose(["new"], [4]).depth >= 3

@@ -31,7 +31,15 @@ and the choice stops moving; a loss of at most ``hysteresis`` is the price.
 Seeds. A request joining the batch starts from the engine's pooled estimate: per-position rates
 over every request's recent steps (weight ``pool`` per request-step, folded in once per step from
 exact counts), itself seeded by the prior; so a uniform workload's newcomers start where their
-predecessors ended, not at the prior.
+predecessors ended, not at the prior. There is one pool per verification method (greedy
+verification accepts the target's argmax, sampled verification its distribution: on the demo pair
+the same prompts accept differently), and pool positions no step has reached yet follow the pool's
+level against the prior, as a request's do (a batch drafting 2 that accepts more than the prior
+expects is offered 3 and 4, rather than those staying at the prior for good).
+
+Cost. A choice whose inputs (the batch, its caps, the method, every estimate) did not change since
+the last step reuses the last evaluation -- a batch drafting nothing learns nothing, so this is
+most steps there -- and step prices are memoized per shape.
 
 Probes (off by default). While the batch drafts nothing its estimates cannot learn, so a
 pessimistic prior can keep speculation off; with ``probe_every`` = n, after n steps of drafting
@@ -265,7 +273,8 @@ class Controller:
             raise ValueError(f"max_depth >= 0 and branching >= 1 expected, got {max_depth}, {branching}")
         self.cfg, self.max_depth, self.branching = cfg, max_depth, branching
         self.prior = [cfg.prior_at(k) for k in range(1, max_depth + 1)]
-        self.pool = list(self.prior)           # pooled rates over every request's steps: seeds newcomers
+        self.pools: dict[str, list[float]] = {}     # per verification method: pooled rates, seeds newcomers
+        self._pool_seen: dict[str, list[bool]] = {}  # which positions of each pool some step reached
         self.estimates: dict[Any, _Estimate] = {}
         self.current: int | None = None        # the batch depth M in force
         self.since = 0                         # steps since M last changed
@@ -273,16 +282,31 @@ class Controller:
         self.probes = 0
         self.idle = 0                          # consecutive steps that drafted nothing by choice
         self.steps = 0
-        self._version = 0                      # bumped whenever an estimate or the pool changes
+        self._version = 0                      # bumped whenever an estimate or a pool changes
         self.reused = 0                        # choices that reused the last evaluation
         self._last: tuple | None = None        # (key, per-depth results) of the last choice: reused while
         #                                        the batch, its caps, the method and every estimate are unchanged
 
     # -- estimates ---------------------------------------------------------------------------
-    def _state(self, rid) -> _Estimate:
+    def _pool(self, method: str) -> list[float]:
+        """The pooled rates of steps verified by ``method``: greedy and sampled verification accept
+        different drafts (the target's argmax vs its distribution), so each learns its own."""
+        pool = self.pools.get(method)
+        if pool is None:
+            pool = self.pools[method] = list(self.prior)
+            self._pool_seen[method] = [False] * self.max_depth
+        return pool
+
+    @property
+    def pool(self) -> list[float]:
+        """The pooled rates of greedy steps (see :meth:`_pool`)."""
+        return self._pool("greedy")
+
+    def _state(self, rid, method: str = "greedy") -> _Estimate:
         est = self.estimates.get(rid)
         if est is None:
-            est = self.estimates[rid] = _Estimate(list(self.pool), [False] * self.max_depth, list(self.pool))
+            pool = self._pool(method)
+            est = self.estimates[rid] = _Estimate(list(pool), [False] * self.max_depth, list(pool))
         return est
 
     def gains(self, rid) -> list[float]:
@@ -303,25 +327,41 @@ class Controller:
         """Whether the batch drafts now (or nothing has been chosen yet)."""
         return self.current is None or self.current > 0
 
-    def observe(self, request_ids: Sequence, drafted: Sequence[int], accepted: Sequence[int]) -> None:
-        """Fold one step into each request's estimates: it drafted ``drafted[i]`` and accepted ``accepted[i]``
-        (a request that drafted nothing learns nothing)."""
+    def observe(self, request_ids: Sequence, drafted: Sequence[int], accepted: Sequence[int],
+                method: str = "greedy") -> None:
+        """Fold one step verified by ``method`` into each request's estimates: it drafted ``drafted[i]`` and
+        accepted ``accepted[i]`` (a request that drafted nothing learns nothing)."""
         reached, hits = [0] * self.max_depth, [0] * self.max_depth
         for rid, d, a in zip(request_ids, drafted, accepted):
             if not 0 <= a <= d:
                 raise ValueError(f"request {rid!r}: accepted={a} must be in 0..drafted={d}")
             if d == 0:
                 continue
-            self._state(rid).update(min(d, a + 1), a, self.cfg)
+            self._state(rid, method).update(min(d, a + 1), a, self.cfg)
             for k in range(min(d, a + 1, self.max_depth)):
                 reached[k] += 1
                 hits[k] += k < a
-        if any(reached):
-            self._version += 1
-        for k, n in enumerate(reached):   # integer counts: the same whatever the batch order
+        if not any(reached):
+            return
+        self._version += 1
+        self._fold_pool(self._pool(method), self._pool_seen[method], reached, hits)
+
+    def _fold_pool(self, pool: list[float], seen: list[bool], reached: list[int], hits: list[int]) -> None:
+        """Fold one step's counts into ``pool`` (integer counts: the same whatever the batch order).
+        Positions no step has reached yet follow the pool's level against the prior (as a request's
+        unreached positions do), so that a batch drafting short learns that deeper positions would pay."""
+        for k, n in enumerate(reached):
             if n:
                 w = 1.0 - (1.0 - self.cfg.pool) ** n
-                self.pool[k] += w * (hits[k] / n - self.pool[k])
+                pool[k] += w * (hits[k] / n - pool[k])
+                seen[k] = True
+        if all(seen):
+            return
+        known = [k for k in range(self.max_depth) if seen[k]]
+        offset = math.fsum(_logit(pool[k]) - _logit(self.prior[k]) for k in known) / len(known)
+        for k in range(self.max_depth):
+            if not seen[k]:
+                pool[k] = 1.0 / (1.0 + math.exp(-(_logit(self.prior[k]) + offset)))
 
     # -- the choice --------------------------------------------------------------------------
     def _nodes(self, depth: int) -> int:
@@ -376,7 +416,7 @@ class Controller:
             found = self._last[1]
             self.reused += 1
         else:
-            ests = [self._state(rid) for rid in ids]
+            ests = [self._state(rid, method) for rid in ids]
             costs = self.cfg.costs
             found = {M: self._best_for_depth(costs, method, ests, caps_p, M) for M in range(top + 1)}
             self._last = (key, found)
