@@ -323,17 +323,3 @@ def test_sampled_and_greedy_steps_keep_separate_pools():
     assert ctl.choose(["s"], [4], "sample").depths == [4]          # the sampled one at the sampled pool
     assert ctl.estimates["s"].rates == ctl.pools["sample"]
 
-
-def test_pool_positions_never_reached_follow_the_pools_level():
-    """A batch held at depth 1 that accepts 90 % lifts the pool's deeper positions with it (as
-    a request's unreached positions follow its level), so newcomers are offered deeper drafts."""
-    costs = near_tie_table()
-    ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), pool=0.05), 4)
-    rng = random.Random(2)
-    for step in range(300):
-        ids = [f"s{step}-{i}" for i in range(4)]
-        ctl.choose(ids, [4] * 4)
-        ctl.observe(ids, [1] * 4, [bernoulli_step(rng, (0.9,), 1) for _ in ids])
-    assert ctl.pool[0] == pytest.approx(0.9, abs=0.05)
-    assert ctl.pool[1:] == pytest.approx([ctl.pool[0]] * 3)   # flat prior: the same level everywhere
-    assert ctl.choose(["new"], [4]).depth >= 3

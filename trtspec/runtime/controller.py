@@ -33,9 +33,7 @@ over every request's recent steps (weight ``pool`` per request-step, folded in o
 exact counts), itself seeded by the prior; so a uniform workload's newcomers start where their
 predecessors ended, not at the prior. There is one pool per verification method (greedy
 verification accepts the target's argmax, sampled verification its distribution: on the demo pair
-the same prompts accept differently), and pool positions no step has reached yet follow the pool's
-level against the prior, as a request's do (a batch drafting 2 that accepts more than the prior
-expects is offered 3 and 4, rather than those staying at the prior for good).
+the same prompts accept differently).
 
 Cost. A choice whose inputs (the batch, its caps, the method, every estimate) did not change since
 the last step reuses the last evaluation -- a batch drafting nothing learns nothing, so this is
@@ -274,7 +272,6 @@ class Controller:
         self.cfg, self.max_depth, self.branching = cfg, max_depth, branching
         self.prior = [cfg.prior_at(k) for k in range(1, max_depth + 1)]
         self.pools: dict[str, list[float]] = {}     # per verification method: pooled rates, seeds newcomers
-        self._pool_seen: dict[str, list[bool]] = {}  # which positions of each pool some step reached
         self.estimates: dict[Any, _Estimate] = {}
         self.current: int | None = None        # the batch depth M in force
         self.since = 0                         # steps since M last changed
@@ -294,7 +291,6 @@ class Controller:
         pool = self.pools.get(method)
         if pool is None:
             pool = self.pools[method] = list(self.prior)
-            self._pool_seen[method] = [False] * self.max_depth
         return pool
 
     @property
@@ -344,24 +340,11 @@ class Controller:
         if not any(reached):
             return
         self._version += 1
-        self._fold_pool(self._pool(method), self._pool_seen[method], reached, hits)
-
-    def _fold_pool(self, pool: list[float], seen: list[bool], reached: list[int], hits: list[int]) -> None:
-        """Fold one step's counts into ``pool`` (integer counts: the same whatever the batch order).
-        Positions no step has reached yet follow the pool's level against the prior (as a request's
-        unreached positions do), so that a batch drafting short learns that deeper positions would pay."""
-        for k, n in enumerate(reached):
+        pool = self._pool(method)
+        for k, n in enumerate(reached):   # integer counts: the same whatever the batch order
             if n:
                 w = 1.0 - (1.0 - self.cfg.pool) ** n
                 pool[k] += w * (hits[k] / n - pool[k])
-                seen[k] = True
-        if all(seen):
-            return
-        known = [k for k in range(self.max_depth) if seen[k]]
-        offset = math.fsum(_logit(pool[k]) - _logit(self.prior[k]) for k in known) / len(known)
-        for k in range(self.max_depth):
-            if not seen[k]:
-                pool[k] = 1.0 / (1.0 + math.exp(-(_logit(self.prior[k]) + offset)))
 
     # -- the choice --------------------------------------------------------------------------
     def _nodes(self, depth: int) -> int:
