@@ -273,3 +273,53 @@ def test_probes_are_rare_and_not_switches_on_a_losing_stream():
     costs = StepCosts(table(target, {1: 1.0, 8: 8.0}))
     ctl, seen = run_stream(costs, lambda i: (0.1,), 3200, probe_every=16)
     assert 0 < ctl.probes <= 3200 // 16 and sum(d > 0 for d in seen[100:]) <= 3100 // 16 + 4 * ctl.switches
+
+
+def churning_stream(ctl, rng, steps, batch=6, method="greedy", fresh=False):
+    """Requests of random acceptance joining and leaving; returns every step's (depth, depths).
+    ``fresh``: forget the last choice before every step (the uncached path)."""
+    ids, nxt, out = list(range(batch)), batch, []
+    truth = {i: rng.choice((0.1, 0.5, 0.9)) for i in ids}
+    for _ in range(steps):
+        if rng.random() < 0.2:   # one request leaves, another joins
+            ids.remove(rng.choice(ids))
+            ids.append(nxt)
+            truth[nxt], nxt = rng.choice((0.1, 0.5, 0.9)), nxt + 1
+        if fresh:
+            ctl._last = None
+        c = ctl.choose(ids, [rng.choice((3, 4, 4, 4)) if rng.random() < 0.1 else 4 for _ in ids], method)
+        out.append((c.depth, c.depths))
+        ctl.observe(ids, c.depths, [bernoulli_step(rng, (truth[i],), d) for i, d in zip(ids, c.depths)], method)
+    return out
+
+
+@pytest.mark.parametrize("draft_s", [0.28, 10.0], ids=["drafting", "idle"])
+def test_reused_choice_equals_a_fresh_one(draft_s):
+    """The controller reuses its last evaluation while nothing it depends on changed; every step's
+    choice equals the one a controller evaluating afresh makes on the same stream."""
+    target = {b: {t: b * (10.0 + 2.0 * (t - 1)) for t in range(1, 10)} for b in (1, 8)}
+    costs = StepCosts(table(target, {1: draft_s, 8: 8 * draft_s}))
+    cached, fresh = (Controller(AdaptiveConfig(costs, prior=(0.7,), min_dwell=2), 4) for _ in range(2))
+    a = churning_stream(cached, random.Random(3), 600)
+    b = churning_stream(fresh, random.Random(3), 600, fresh=True)
+    assert a == b
+    assert fresh.reused == 0
+    if draft_s > 1:   # a batch drafting nothing learns nothing: most steps reuse the last evaluation
+        assert sum(d == 0 for d, _ in a) > 550 and cached.reused > 150
+
+
+def test_sampled_and_greedy_steps_keep_separate_pools():
+    """Greedy and sampled verification accept different drafts: a sampled stream that accepts
+    everything leaves the greedy pool (what greedy newcomers start from) at the prior."""
+    costs = near_tie_table()
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.1,), pool=0.05, hysteresis=0.0, min_dwell=0), 4)
+    for step in range(100):
+        ids = [f"s{step}-{i}" for i in range(4)]
+        ctl.choose(ids, [4] * 4, "sample")
+        ctl.observe(ids, [4] * 4, [4] * 4, "sample")
+    assert min(ctl.pools["sample"]) > 0.9 and ctl.pool == [0.1] * 4
+    assert ctl.choose(["g"], [4], "greedy").depths == [0]          # the greedy newcomer starts at the prior
+    assert ctl.estimates["g"].rates == [0.1] * 4
+    assert ctl.choose(["s"], [4], "sample").depths == [4]          # the sampled one at the sampled pool
+    assert ctl.estimates["s"].rates == ctl.pools["sample"]
+

@@ -31,7 +31,13 @@ and the choice stops moving; a loss of at most ``hysteresis`` is the price.
 Seeds. A request joining the batch starts from the engine's pooled estimate: per-position rates
 over every request's recent steps (weight ``pool`` per request-step, folded in once per step from
 exact counts), itself seeded by the prior; so a uniform workload's newcomers start where their
-predecessors ended, not at the prior.
+predecessors ended, not at the prior. There is one pool per verification method (greedy
+verification accepts the target's argmax, sampled verification its distribution: on the demo pair
+the same prompts accept differently).
+
+Cost. A choice whose inputs (the batch, its caps, the method, every estimate) did not change since
+the last step reuses the last evaluation -- a batch drafting nothing learns nothing, so this is
+most steps there -- and step prices are memoized per shape.
 
 Probes (off by default). While the batch drafts nothing its estimates cannot learn, so a
 pessimistic prior can keep speculation off; with ``probe_every`` = n, after n steps of drafting
@@ -122,6 +128,8 @@ class StepCosts:
         greedy = (_Grid(table.get("target"), "cost table 'target'"), _Grid(table.get("draft"), "cost table 'draft'"))
         self.tables = {"greedy": greedy, "sample": greedy}
         self.priced_sampled = "sample" in table
+        self._memo: dict[tuple, float] = {}   # (method, batch, tokens, depth) -> seconds: a step's price is read
+        #                                       for every depth before every step, from a handful of shapes
         if self.priced_sampled:
             s = table["sample"]
             if not isinstance(s, Mapping):
@@ -132,8 +140,15 @@ class StepCosts:
     def seconds(self, method: str, batch: int, tokens_per_request: float, depth: int) -> float:
         """One step: verification of ``tokens_per_request`` tokens for each of ``batch`` requests plus
         ``depth`` serial draft steps, verified by ``method`` (greedy | sample | block)."""
-        target, draft = self.tables[METHOD_TABLES[method]]
-        return target(batch, tokens_per_request) + (depth * draft(batch, 1) if depth else 0.0)
+        key = (method, batch, tokens_per_request, depth)
+        got = self._memo.get(key)
+        if got is None:
+            target, draft = self.tables[METHOD_TABLES[method]]
+            got = target(batch, tokens_per_request) + (depth * draft(batch, 1) if depth else 0.0)
+            if len(self._memo) >= 65536:   # packed steps price fractional token counts: keep it bounded
+                self._memo.clear()
+            self._memo[key] = got
+        return got
 
 
 @dataclass(frozen=True)
@@ -256,7 +271,7 @@ class Controller:
             raise ValueError(f"max_depth >= 0 and branching >= 1 expected, got {max_depth}, {branching}")
         self.cfg, self.max_depth, self.branching = cfg, max_depth, branching
         self.prior = [cfg.prior_at(k) for k in range(1, max_depth + 1)]
-        self.pool = list(self.prior)           # pooled rates over every request's steps: seeds newcomers
+        self.pools: dict[str, list[float]] = {}     # per verification method: pooled rates, seeds newcomers
         self.estimates: dict[Any, _Estimate] = {}
         self.current: int | None = None        # the batch depth M in force
         self.since = 0                         # steps since M last changed
@@ -264,12 +279,30 @@ class Controller:
         self.probes = 0
         self.idle = 0                          # consecutive steps that drafted nothing by choice
         self.steps = 0
+        self._version = 0                      # bumped whenever an estimate or a pool changes
+        self.reused = 0                        # choices that reused the last evaluation
+        self._last: tuple | None = None        # (key, per-depth results) of the last choice: reused while
+        #                                        the batch, its caps, the method and every estimate are unchanged
 
     # -- estimates ---------------------------------------------------------------------------
-    def _state(self, rid) -> _Estimate:
+    def _pool(self, method: str) -> list[float]:
+        """The pooled rates of steps verified by ``method``: greedy and sampled verification accept
+        different drafts (the target's argmax vs its distribution), so each learns its own."""
+        pool = self.pools.get(method)
+        if pool is None:
+            pool = self.pools[method] = list(self.prior)
+        return pool
+
+    @property
+    def pool(self) -> list[float]:
+        """The pooled rates of greedy steps (see :meth:`_pool`)."""
+        return self._pool("greedy")
+
+    def _state(self, rid, method: str = "greedy") -> _Estimate:
         est = self.estimates.get(rid)
         if est is None:
-            est = self.estimates[rid] = _Estimate(list(self.pool), [False] * self.max_depth, list(self.pool))
+            pool = self._pool(method)
+            est = self.estimates[rid] = _Estimate(list(pool), [False] * self.max_depth, list(pool))
         return est
 
     def gains(self, rid) -> list[float]:
@@ -283,29 +316,35 @@ class Controller:
             raise ValueError(f"rates: expected {self.max_depth} values in [0, 1], got {list(rates)}")
         est.rates[:] = [float(a) for a in rates]
         est._derive()
+        self._version += 1
 
     @property
     def drafting(self) -> bool:
         """Whether the batch drafts now (or nothing has been chosen yet)."""
         return self.current is None or self.current > 0
 
-    def observe(self, request_ids: Sequence, drafted: Sequence[int], accepted: Sequence[int]) -> None:
-        """Fold one step into each request's estimates: it drafted ``drafted[i]`` and accepted ``accepted[i]``
-        (a request that drafted nothing learns nothing)."""
+    def observe(self, request_ids: Sequence, drafted: Sequence[int], accepted: Sequence[int],
+                method: str = "greedy") -> None:
+        """Fold one step verified by ``method`` into each request's estimates: it drafted ``drafted[i]`` and
+        accepted ``accepted[i]`` (a request that drafted nothing learns nothing)."""
         reached, hits = [0] * self.max_depth, [0] * self.max_depth
         for rid, d, a in zip(request_ids, drafted, accepted):
             if not 0 <= a <= d:
                 raise ValueError(f"request {rid!r}: accepted={a} must be in 0..drafted={d}")
             if d == 0:
                 continue
-            self._state(rid).update(min(d, a + 1), a, self.cfg)
+            self._state(rid, method).update(min(d, a + 1), a, self.cfg)
             for k in range(min(d, a + 1, self.max_depth)):
                 reached[k] += 1
                 hits[k] += k < a
+        if not any(reached):
+            return
+        self._version += 1
+        pool = self._pool(method)
         for k, n in enumerate(reached):   # integer counts: the same whatever the batch order
             if n:
                 w = 1.0 - (1.0 - self.cfg.pool) ** n
-                self.pool[k] += w * (hits[k] / n - self.pool[k])
+                pool[k] += w * (hits[k] / n - pool[k])
 
     # -- the choice --------------------------------------------------------------------------
     def _nodes(self, depth: int) -> int:
@@ -354,10 +393,16 @@ class Controller:
             perm = sorted(range(len(caps)), key=lambda i: str(request_ids[i]))
         ids = [request_ids[i] for i in perm]
         caps_p = [caps[i] for i in perm]
-        ests = [self._state(rid) for rid in ids]
         top = max(caps_p, default=0)
-        costs = self.cfg.costs
-        found = {M: self._best_for_depth(costs, method, ests, caps_p, M) for M in range(top + 1)}
+        key = (method, tuple(ids), tuple(caps_p), self._version)
+        if self._last is not None and self._last[0] == key:   # nothing the choice depends on has changed
+            found = self._last[1]
+            self.reused += 1
+        else:
+            ests = [self._state(rid, method) for rid in ids]
+            costs = self.cfg.costs
+            found = {M: self._best_for_depth(costs, method, ests, caps_p, M) for M in range(top + 1)}
+            self._last = (key, found)
         rates = {M: r for M, (r, _) in found.items()}
         best = max(rates, key=lambda M: (rates[M], -M))
         switched = False

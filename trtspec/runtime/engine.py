@@ -249,7 +249,7 @@ class Engine:
         if self.controller is not None:   # drafted: a chain drafter may propose fewer than asked
             nodes = prop.num_nodes.tolist()
             self.controller.observe([r.request_id for r in reqs], [min(d, n - 1) for d, n in zip(depths, nodes)],
-                                    acc.tolist())
+                                    acc.tolist(), method)
         new_lens = self._compact(reqs, path, acc)
         t2 = time.perf_counter()
         outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
