@@ -7,9 +7,10 @@ decoding of the same target), ``static`` (the bundle's speculation: its schedule
 ``--draft-len``) and ``adaptive`` (``speculation: adaptive``: each step's draft lengths in 0..D
 chosen by the runtime's controller from this device's step costs -- measured once before the
 server starts, greedy and sampled, unless ``--cost-table`` is given -- and each request's live
-acceptance). For every (concurrency, verification, workload) the modes take turns ``--repeats``
-times; each load sends ``max(--min-requests, --requests-per-client x concurrency)`` requests from
-``concurrency`` client threads over the HTTP generate endpoint. Tokens/s comes from each model's
+acceptance). For every (concurrency, verification, workload) each mode first serves ``--warmup``
+untimed loads (the adaptive mode's estimates and step prices settle on the row's workload, as in a
+server that has been serving it), then the modes take turns ``--repeats`` times; each load sends
+``max(--min-requests, --requests-per-client x concurrency)`` requests from ``concurrency`` client threads over the HTTP generate endpoint. Tokens/s comes from each model's
 ``trtspec_generation_tokens_total`` counter over the loads' wall time (``--clock wall``) or over the
 CPU seconds its model process spent on them (``--clock cpu``: with ``--threads 1``, what one idle core
 would serve, whatever else a shared machine runs; the cost table is then measured on the same
@@ -22,7 +23,7 @@ pair (``--high`` / ``--low``; measured on the demo pair, D = 4, 32 new tokens: r
 summarization 2.10 against roleplay 1.24, qa 1.29, math 1.54).
 
     python benchmarks/bench_serve.py [--bundle DIR] [--speculation none,static,adaptive] [--concurrency 1,4,16]
-        [--verify greedy,sample] [--workload uniform,mixed] [--max-tokens 32] [--repeats 2]
+        [--verify greedy,sample] [--workload uniform,mixed] [--max-tokens 32] [--repeats 3] [--warmup 1]
         [--cost-table FILE] [--threads 0] [--clock wall|cpu] [--json]
 
 ``--json`` prints ``{"rows": [{"concurrency": C, "verify": "greedy"|"sample", "workload":
@@ -223,8 +224,12 @@ def _csv(text: str, allowed, name: str) -> list[str]:
               help="Temperature of the sampled loads.")
 @click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.95, show_default=True,
               help="top_p of the sampled loads.")
-@click.option("--repeats", type=click.IntRange(1), default=2, show_default=True,
+@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True,
               help="Passes over the modes per row (they take turns).")
+@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True,
+              help="Untimed loads of each mode before each row's timed ones: caches, and the adaptive mode's "
+                   "acceptance estimates and step prices, settle on the row's workload as in a server that has "
+                   "been serving it.")
 @click.option("--cost-table", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Step costs of the adaptive model [default: measured on this device before the server starts].")
 @click.option("--threads", type=click.IntRange(0), default=0, show_default=True,
@@ -235,7 +240,7 @@ def _csv(text: str, allowed, name: str) -> list[str]:
                    "--threads 1 on a busy shared machine; the cost table is measured on the same clock).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, requests_per_client, min_requests,
-         max_tokens, temperature, top_p, repeats, cost_table, threads, clock, as_json):
+         max_tokens, temperature, top_p, repeats, warmup, cost_table, threads, clock, as_json):
     """Print tokens/s of no, static and adaptive speculation per (concurrency, verification,
     workload), the adaptive mode's ratio to the best of the other two, and the goals."""
     from dataclasses import replace
@@ -292,6 +297,9 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
                 for v in verifies:
                     for w in workloads:
                         load = payloads(texts[w], v, n, max_tokens, temperature, top_p)
+                        for _ in range(warmup):   # untimed: every mode settles on this row's load first
+                            for mode in modes:
+                                run_load(server, mode, load, c)
                         for r in range(repeats):
                             for mode in modes[r % len(modes):] + modes[:r % len(modes)]:   # rotate who goes first
                                 runs.setdefault((c, v, w, mode), []).append(run_load(server, mode, load, c))
@@ -310,7 +318,7 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
                                   for m in modes}})
     meta = {"bundle": str(bundle), "modes": modes, "max_tokens": max_tokens, "temperature": temperature,
             "threads": threads or "default", "clock": clock,
-            "top_p": top_p, "repeats": repeats, "cost_table": "measured before the server started" if cost_s else
+            "top_p": top_p, "repeats": repeats, "warmup": warmup, "cost_table": "measured before the server started" if cost_s else
             str(cost_table), "cost_table_s": cost_s, "wall_s": time.perf_counter() - t_start}
     if as_json:
         click.echo(json.dumps({"rows": rows, "detail": detail, "meta": meta}, indent=2))

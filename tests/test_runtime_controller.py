@@ -323,3 +323,68 @@ def test_sampled_and_greedy_steps_keep_separate_pools():
     assert ctl.choose(["s"], [4], "sample").depths == [4]          # the sampled one at the sampled pool
     assert ctl.estimates["s"].rates == ctl.pools["sample"]
 
+
+
+def clocked(doc, clock="cpu"):
+    """A synthetic table stamped with the clock it was 'measured' on: the controller then learns from steps."""
+    return StepCosts({**doc, "clock": clock})
+
+
+def test_measured_steps_correct_a_table_that_underprices_drafting():
+    """The table says drafting pays at a = 0.7; served steps cost 2x the table whenever the batch
+    drafts (a catch-up the table does not see). The controller measures that and stops drafting;
+    from the table alone it keeps drafting."""
+    target = {b: {t: b * (10.0 + 1.0 * (t - 1)) for t in range(1, 10)} for b in (1, 8)}
+    doc = table(target, {1: 0.5, 8: 4.0})
+    rng = random.Random(4)
+    for learn, drafts in ((0.1, False), (0.0, True)):
+        ctl = Controller(AdaptiveConfig(clocked(doc), prior=(0.7,), learn=learn), 4)
+        ids, seen = list(range(8)), []
+        for _ in range(300):
+            c = ctl.choose(ids, [4] * 8)
+            seen.append(c.depth)
+            ctl.observe(ids, c.depths, [bernoulli_step(rng, (0.7,), d) for d in c.depths])
+            table_s = ctl.cfg.costs.seconds("greedy", 8, c.depth + 1, c.depth)
+            ctl.observe_cost("greedy", 8, c.depth, table_s * (2.0 if c.depth else 1.0))
+        assert max(seen[:10]) > 0 and (min(seen[-100:]) > 0) == drafts, seen[-100:]   # drafts first, then learns
+        assert (ctl.ratios is None) == (learn == 0)
+        if learn:   # a step drafting nothing was measured once per price_every steps while drafting
+            drafting = [r for (_, _, d), r in ctl.ratios.published.items() if d > 0]
+            assert ctl.ratios.factor("greedy", 8, 0) == pytest.approx(1.0) and max(drafting) > 1.7
+
+
+def test_cost_ratios_borrow_the_nearest_measured_depth_and_ignore_unclocked_tables():
+    from trtspec.runtime.controller import CostRatios
+
+    r = CostRatios(0.1)
+    assert r.factor("greedy", 8, 3) == 1.0                           # nothing measured: the table
+    r.observe("greedy", 8, 1, 1.5)
+    assert r.factor("greedy", 8, 1) == pytest.approx(1.25)           # the borrowed 1.0 counted as one step
+    assert r.factor("greedy", 8, 4) == r.factor("greedy", 12, 2) == r.factor("greedy", 8, 1)
+    assert r.factor("sample", 8, 1) == 1.0                           # another table section learns its own
+    r.observe("greedy", 1, 0, 0.8)                                   # starts from what it borrowed (1.25)
+    assert r.factor("greedy", 1, 3) == pytest.approx((1.25 + 0.8) / 2)   # the same band before another band
+    before = r.factor("greedy", 8, 1)
+    for _ in range(3):
+        r.observe("greedy", 8, 1, 100.0)                             # an outlier step moves it at most x2 per step
+    assert before < r.factor("greedy", 8, 1) < before * 2 ** 3
+    plain = Controller(AdaptiveConfig(StepCosts(table({1: {1: 1.0, 2: 2.0}}, {1: 0.1})), learn=0.1), 1)
+    assert plain.ratios is None and plain.clock is None              # a table without its clock is not learned
+    with pytest.raises(CostTableError, match="field 'clock'"):
+        StepCosts({**table({1: {1: 1.0}}, {1: 0.1}), "clock": "gpu"})
+    with pytest.raises(ValueError, match="learn"):
+        AdaptiveConfig(plain.cfg.costs, learn=1.5)
+
+
+def test_pool_positions_not_reached_follow_the_pools_level():
+    """Steps that draft two positions of a workload accepting 0.9 (prior 0.5): the pool's positions
+    3-4 rise with its level, so newcomers are expected to accept deeper too."""
+    costs = near_tie_table()
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), pool=0.05), 4)
+    for step in range(200):
+        ids = [f"s{step}-{i}" for i in range(4)]
+        ctl.choose(ids, [4] * 4)
+        ctl.observe(ids, [2] * 4, [2] * 4)
+    assert ctl.pool_seen["greedy"] == [True, True, False, False]
+    assert min(ctl.pool[:2]) > 0.95
+    assert ctl.pool[2] == pytest.approx(ctl.pool[3]) and ctl.pool[2] > 0.9

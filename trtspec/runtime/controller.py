@@ -125,6 +125,10 @@ class StepCosts:
             raise CostTableError(f"cost table: field 'format' must be {COST_TABLE_FORMAT!r}, got {table.get('format')!r}")
         self.packed = packed
         self.device = str(table.get("device", ""))
+        clock = table.get("clock")
+        if clock not in (None, "wall", "cpu"):
+            raise CostTableError(f"cost table: field 'clock' must be 'wall' or 'cpu', got {clock!r}")
+        self.clock: str | None = clock   # what its seconds were measured on; None: unknown (no learning)
         greedy = (_Grid(table.get("target"), "cost table 'target'"), _Grid(table.get("draft"), "cost table 'draft'"))
         self.tables = {"greedy": greedy, "sample": greedy}
         self.priced_sampled = "sample" in table
@@ -151,6 +155,66 @@ class StepCosts:
         return got
 
 
+class CostRatios:
+    """What steps cost as served over what the table says, per (table section, batch band, depth M):
+    an EMA of measured / table seconds, on the table's own clock. The table times bare steps; a
+    served step also pays admissions (prefill of target and drafter), a drafter's catch-up after
+    steps that drafted nothing, and the loop's own work, and these do not scale as the table does
+    (on the demo pair on one CPU core a D=1 step costs 1.8x a D=0 step where the table says 1.4x).
+
+    A depth not run yet in a band borrows the ratio of the nearest one that was (same band first,
+    then the nearest depth), so it is priced like what was measured rather than at the bare table;
+    running it then measures it, starting from the borrowed ratio counted as one step (a running
+    mean until the EMA weight takes over). Admissions are not in the steps timed: they cost the
+    same per request whatever the depth. One step moves a ratio at most by a factor 2 before weighting (a
+    long admission is one outlier, not a new level). Published ratios follow the running ones only
+    when these drift by more than ``PUBLISH``, so a stationary batch keeps reusing its evaluation.
+    """
+
+    PUBLISH = 0.02
+
+    def __init__(self, weight: float):
+        self.weight = weight
+        self.running: dict[tuple, float] = {}
+        self.counts: dict[tuple, int] = {}
+        self.last: dict[tuple, int] = {}       # the controller's step of the latest measurement
+        self.published: dict[tuple, float] = {}
+        self.version = 0
+
+    @staticmethod
+    def band(batch: int) -> int:
+        """1 | 2-3 | 4-7 | 8-15 | 16-31 | ...: batches whose steps share a ratio."""
+        return int(batch).bit_length()
+
+    def observe(self, section: str, batch: int, depth: int, ratio: float, step: int = 0) -> None:
+        key = (section, self.band(batch), depth)
+        self.last[key] = step
+        old = self.running.get(key)
+        n = self.counts.get(key, 0)
+        if old is None:   # start from what it was priced at
+            old = self.factor(section, batch, depth)
+        w = max(self.weight, 1.0 / (n + 2))   # a running mean (the start counting once) until the EMA takes over
+        new = old + w * (min(max(ratio, old / 2), old * 2) - old)
+        self.running[key], self.counts[key] = new, n + 1
+        pub = self.published.get(key)
+        if pub is None or abs(new / pub - 1.0) > self.PUBLISH:
+            self.published[key] = new
+            self.version += 1
+
+    def age(self, section: str, batch: int, depth: int, step: int) -> float:
+        """Steps since ``depth`` was last measured in ``batch``'s band (inf: never)."""
+        last = self.last.get((section, self.band(batch), depth))
+        return math.inf if last is None else step - last
+
+    def factor(self, section: str, batch: int, depth: int) -> float:
+        band = self.band(batch)
+        got = self.published.get((section, band, depth))
+        if got is not None:
+            return got
+        near = [(abs(b - band), abs(d - depth), d, r) for (s, b, d), r in self.published.items() if s == section]
+        return min(near)[3] if near else 1.0
+
+
 @dataclass(frozen=True)
 class AdaptiveConfig:
     """Settings of the controller (see the module docstring for the rule).
@@ -163,7 +227,10 @@ class AdaptiveConfig:
     relative gain a new depth must promise (default 0.02); ``min_dwell``: steps between depth
     changes (default 4); ``probe_every``: steps of drafting nothing before a one-token probe
     (default 0: never); ``pool``: weight of one request-step in the pooled estimate that seeds
-    newcomers (default 0.02).
+    newcomers (default 0.02); ``learn``: weight of one step in the measured-over-table cost ratios
+    (default 0.1; 0 prices from the table alone; only tables that state their ``clock`` are learned);
+    ``price_every``: while the batch drafts and costs are learned, one step in this many drafts
+    nothing if a step drafting nothing was not measured since (default 64; 0: never).
     """
 
     costs: StepCosts
@@ -174,6 +241,8 @@ class AdaptiveConfig:
     min_dwell: int = 4
     probe_every: int = 0
     pool: float = 0.02
+    learn: float = 0.1
+    price_every: int = 64
 
     def __post_init__(self):
         prior = tuple(float(a) for a in self.prior)
@@ -184,11 +253,13 @@ class AdaptiveConfig:
             raise ValueError(f"ema: expected in (0, 1], got {self.ema}")
         if not 0.0 <= self.relax <= 1.0:
             raise ValueError(f"relax: expected in [0, 1], got {self.relax}")
+        if not 0.0 <= self.learn <= 1.0:
+            raise ValueError(f"learn: expected in [0, 1], got {self.learn}")
         if not 0.0 <= self.pool < 1.0:
             raise ValueError(f"pool: expected in [0, 1), got {self.pool}")
-        if self.hysteresis < 0 or self.min_dwell < 0 or self.probe_every < 0:
-            raise ValueError(f"hysteresis, min_dwell and probe_every: expected >= 0, got {self.hysteresis}, "
-                             f"{self.min_dwell}, {self.probe_every}")
+        if self.hysteresis < 0 or self.min_dwell < 0 or self.probe_every < 0 or self.price_every < 0:
+            raise ValueError(f"hysteresis, min_dwell, probe_every and price_every: expected >= 0, got "
+                             f"{self.hysteresis}, {self.min_dwell}, {self.probe_every}, {self.price_every}")
 
     def prior_at(self, k: int) -> float:
         """Prior conditional acceptance of draft position k (1-based)."""
@@ -272,6 +343,7 @@ class Controller:
         self.cfg, self.max_depth, self.branching = cfg, max_depth, branching
         self.prior = [cfg.prior_at(k) for k in range(1, max_depth + 1)]
         self.pools: dict[str, list[float]] = {}     # per verification method: pooled rates, seeds newcomers
+        self.pool_seen: dict[str, list[bool]] = {}  # per method: which pool positions a step has reached
         self.estimates: dict[Any, _Estimate] = {}
         self.current: int | None = None        # the batch depth M in force
         self.since = 0                         # steps since M last changed
@@ -280,6 +352,9 @@ class Controller:
         self.idle = 0                          # consecutive steps that drafted nothing by choice
         self.steps = 0
         self._version = 0                      # bumped whenever an estimate or a pool changes
+        costs = cfg.costs
+        self.ratios = CostRatios(cfg.learn) if cfg.learn > 0 and costs.clock is not None else None
+        self.clock = costs.clock if self.ratios is not None else None   # what the engine times its steps on
         self.reused = 0                        # choices that reused the last evaluation
         self._last: tuple | None = None        # (key, per-depth results) of the last choice: reused while
         #                                        the batch, its caps, the method and every estimate are unchanged
@@ -341,10 +416,44 @@ class Controller:
             return
         self._version += 1
         pool = self._pool(method)
+        seen = self.pool_seen.setdefault(method, [False] * self.max_depth)
         for k, n in enumerate(reached):   # integer counts: the same whatever the batch order
             if n:
                 w = 1.0 - (1.0 - self.cfg.pool) ** n
                 pool[k] += w * (hits[k] / n - pool[k])
+                seen[k] = True
+        self._pool_level(pool, seen)
+
+    def _pool_level(self, pool: list[float], seen: list[bool]) -> None:
+        """Pool positions no step has reached yet follow the pool's level: the prior shifted by the mean
+        logit difference over the positions reached (as a request's own estimates do), so a workload
+        accepting better than the prior near the root is expected to deeper too, and gets tried there."""
+        reached = [k for k, s in enumerate(seen) if s]
+        if not reached or len(reached) == len(seen):
+            return
+        offset = math.fsum(_logit(pool[k]) - _logit(self.prior[k]) for k in reached) / len(reached)
+        for k, s in enumerate(seen):
+            if not s:
+                pool[k] = 1.0 / (1.0 + math.exp(-(_logit(self.prior[k]) + offset)))
+
+    # -- step prices -------------------------------------------------------------------------
+    def price(self, method: str, batch: int, tokens_per_request: float, depth: int) -> float:
+        """Seconds of a step: the table's, times the measured ratio (:class:`CostRatios`) when learned."""
+        table = self.cfg.costs.seconds(method, batch, tokens_per_request, depth)
+        if self.ratios is None:
+            return table
+        return table * self.ratios.factor(METHOD_TABLES[method], batch, depth)
+
+    def observe_cost(self, method: str, batch: int, depth: int, seconds: float,
+                     tokens_per_request: float | None = None) -> None:
+        """Fold in what a step of ``batch`` requests at batch depth ``depth`` really took (on the table's
+        clock, :attr:`clock`), admissions included; ``tokens_per_request``: verified tokens (default:
+        the padded step's, the depth's node count)."""
+        if self.ratios is None or not seconds > 0 or batch < 1:
+            return
+        tokens = self._nodes(depth) if tokens_per_request is None else tokens_per_request
+        table = self.cfg.costs.seconds(method, batch, tokens, depth)
+        self.ratios.observe(METHOD_TABLES[method], batch, depth, seconds / table, self.steps)
 
     # -- the choice --------------------------------------------------------------------------
     def _nodes(self, depth: int) -> int:
@@ -355,18 +464,18 @@ class Controller:
         B = len(caps)
         if not costs.packed or M == 0:
             tokens = B + math.fsum(e.cum[min(M, c)] for e, c in zip(ests, caps))
-            return tokens / costs.seconds(method, B, self._nodes(M), M), [min(M, c) for c in caps]
+            return tokens / self.price(method, B, self._nodes(M), M), [min(M, c) for c in caps]
         gains = [e.gains for e in ests]
         # the S - B largest gains (k <= M), best S: gains of one request are non-increasing in k,
         # so a prefix of this order always takes each request's positions 1, 2, ... in turn
         items = sorted((-g[k], k, i) for i, (g, c) in enumerate(zip(gains, caps)) for k in range(min(M, c)))
         base = self._nodes(0)
-        best_rate, best_n = B / costs.seconds(method, B, base, M), 0
+        best_rate, best_n = B / self.price(method, B, base, M), 0
         total, accepted = B * base, 0.0
         for n, (neg, k, _) in enumerate(items, 1):
             total += self._nodes(k + 1) - self._nodes(k)
             accepted -= neg
-            rate = (B + accepted) / costs.seconds(method, B, total / B, M)
+            rate = (B + accepted) / self.price(method, B, total / B, M)
             if rate > best_rate:
                 best_rate, best_n = rate, n
         out = [0] * B
@@ -394,7 +503,7 @@ class Controller:
         ids = [request_ids[i] for i in perm]
         caps_p = [caps[i] for i in perm]
         top = max(caps_p, default=0)
-        key = (method, tuple(ids), tuple(caps_p), self._version)
+        key = (method, tuple(ids), tuple(caps_p), self._version, 0 if self.ratios is None else self.ratios.version)
         if self._last is not None and self._last[0] == key:   # nothing the choice depends on has changed
             found = self._last[1]
             self.reused += 1
@@ -426,13 +535,22 @@ class Controller:
                 self.probes += 1
         if M > 0:
             self.idle = 0
+            if self._price_due(method, len(caps_p)):
+                depths_p, M, probe = [0] * len(caps_p), 0, True
+                self.probes += 1
         depths = [0] * len(caps)
         for j, i in enumerate(perm):
             depths[i] = depths_p[j]
         return Choice(depths, M, rates, switched, probe)
 
+    def _price_due(self, method: str, batch: int) -> bool:
+        """Whether a step drafting nothing is due while drafting: what a drafting step really costs is
+        only known against one that drafts nothing, measured on the same machine as it runs now."""
+        every, ratios = self.cfg.price_every, self.ratios
+        return bool(every) and ratios is not None and ratios.age(METHOD_TABLES[method], batch, 0, self.steps) >= every
+
     def _could_pay(self, method: str, caps: Sequence[int], rate0: float) -> bool:
         """Whether some depth would beat drafting nothing if every draft were accepted."""
         B, costs = len(caps), self.cfg.costs
-        return any(B + sum(min(M, c) for c in caps) > rate0 * costs.seconds(method, B, self._nodes(M), M)
+        return any(B + sum(min(M, c) for c in caps) > rate0 * self.price(method, B, self._nodes(M), M)
                    for M in range(1, max(caps) + 1))

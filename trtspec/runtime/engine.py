@@ -239,6 +239,7 @@ class Engine:
         reqs = list(self.running)
         if not reqs:
             return []
+        c_start = self._cost_clock()
         t0 = time.perf_counter()
         method = self._method(reqs)
         depths = self._depths(reqs, method)
@@ -254,6 +255,8 @@ class Engine:
         t2 = time.perf_counter()
         outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
         t3 = time.perf_counter()
+        if c_start is not None:   # what this step cost as served (admissions aside), on the table's clock
+            self.controller.observe_cost(method, len(reqs), max(depths), self._cost_clock() - c_start)
         self.step_count += 1
         for st in [r.stats for r in reqs] + [self.stats]:
             st.draft_time_s += t1 - t0
@@ -266,6 +269,15 @@ class Engine:
                 self.ids.discard(r.request_id)
             self.running = [r for r in self.running if not r.finished]
         return outputs
+
+    def _cost_clock(self) -> float | None:
+        """Now on the adaptive cost table's clock (``wall``: perf_counter, after the step's last
+        host read; ``cpu``: this thread's CPU time, torch running on one thread); None when the
+        controller does not learn step costs."""
+        clock = None if self.controller is None else self.controller.clock
+        if clock is None:
+            return None
+        return time.perf_counter() if clock == "wall" else time.thread_time()
 
     def _depths(self, reqs, method: str) -> list[int]:
         """This step's draft depth per request: the schedule's (static) or the controller's (adaptive),
