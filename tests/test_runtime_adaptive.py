@@ -22,12 +22,14 @@ def dirs(tmp_path_factory):
             "eagle": make_eagle3(root / "eagle", t, seed=4)}
 
 
-def costs(draft_s=0.28, batches=(1, 8), tokens=range(1, 17)):
+def costs(draft_s=0.28, batches=(1, 8), tokens=range(1, 17), clock=None):
     """10 + 2 (T - 1) per request and step, ``draft_s`` per request and draft step: D = 2 and 3
-    near a tie at a_k = 0.7, so the depth moves as acceptance does."""
+    near a tie at a_k = 0.7, so the depth moves as acceptance does. ``clock``: stamp the table as
+    measured on it, so that the engine's own step times re-price greedy steps."""
     target = {str(b): {str(t): b * (10.0 + 2.0 * (t - 1)) for t in tokens} for b in batches}
-    return StepCosts({"format": "trtspec.cost_table/v1", "device": "synthetic", "target": target,
-                      "draft": {str(b): {"1": b * draft_s} for b in batches}})
+    doc = {"format": "trtspec.cost_table/v1", "device": "synthetic", "target": target,
+           "draft": {str(b): {"1": b * draft_s} for b in batches}}
+    return StepCosts({**doc, "clock": clock} if clock else doc)
 
 
 def lively(**kw):
@@ -62,16 +64,33 @@ def test_adaptive_greedy_output_equals_the_targets_token_for_token(dirs, drafter
     assert sum(counts) == eng.stats.steps and eng.controller.steps == eng.step_count
 
 
-@pytest.mark.parametrize("verify, tree", [("sample", None), ("sample", "topk=2,depth=2"), ("block", None)])
-def test_adaptive_seeded_samples_are_the_same_at_any_batch_placement(dirs, verify, tree):
+@pytest.mark.parametrize("verify, tree, clock", [("sample", None, None), ("sample", "topk=2,depth=2", None),
+                                                 ("block", None, None), ("sample", None, "wall")])
+def test_adaptive_seeded_samples_are_the_same_at_any_batch_placement(dirs, verify, tree, clock):
+    """Also with a table stamped with its clock: sampled steps are priced from the table alone, never
+    from timing (the depths decide which tokens rejection sampling draws)."""
     pipe = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, tree=tree, verify=verify,
-                         speculation="adaptive", adaptive=lively())
+                         speculation="adaptive", adaptive=lively(clock=clock))
     params = lambda i: SamplingParams(max_new_tokens=12 + 2 * i, temperature=0.9, top_k=40, seed=1000 + i)  # noqa: E731
     first, eng = run(pipe, range(5), 5, params)
     assert sum(c > 0 for c in eng.stats.draft_len_counts) >= 2
+    assert (eng.controller.clock is not None) == bool(clock) and not (clock and eng.controller.ratios.running)
     for order in itertools.islice(itertools.permutations(range(5)), 1, 60, 13):   # other rows, other batch order
         assert run(pipe, order, 5, params)[0] == first, order
     assert run(pipe, range(5), 6, params)[0] == first                             # a larger cache, spare rows
+
+
+def test_greedy_steps_are_repriced_from_the_engines_own_step_times(dirs):
+    """A table stamped with its clock: the engine times its greedy steps on it and the controller
+    learns their ratio to the table (synthetic seconds: the ratio is far below 1); outputs stay the target's."""
+    pipe = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive",
+                         adaptive=lively(clock="wall"))
+    params = lambda i: SamplingParams(max_new_tokens=20)  # noqa: E731
+    got, eng = run(pipe, range(4), 4, params)
+    assert got == run(pipe.without_speculation(), range(4), 4, params)[0]
+    ratios = eng.controller.ratios
+    assert ratios.running and all(0 < r < 0.01 for r in ratios.running.values())
+    assert {d for (_, _, d) in ratios.running} >= {0}   # a step drafting nothing was measured
 
 
 def test_drafting_priced_out_drafts_nothing(dirs):

@@ -358,12 +358,13 @@ def test_cost_ratios_borrow_the_nearest_measured_depth_and_ignore_unclocked_tabl
 
     r = CostRatios(0.1)
     assert r.factor("greedy", 8, 3) == 1.0                           # nothing measured: the table
-    r.observe("greedy", 8, 1, 1.5)
-    assert r.factor("greedy", 8, 1) == pytest.approx(1.25)           # the borrowed 1.0 counted as one step
-    assert r.factor("greedy", 8, 4) == r.factor("greedy", 12, 2) == r.factor("greedy", 8, 1)
+    r.observe("greedy", 8, 1, 1.5)                                   # the first measurement sets the scale
+    r.observe("greedy", 8, 2, 1.0)                                   # starts from what it borrowed (1.5)
+    assert r.factor("greedy", 8, 1) == 1.5 and r.factor("greedy", 8, 2) == pytest.approx(1.25)
+    assert r.factor("greedy", 8, 4) == r.factor("greedy", 12, 3) == r.factor("greedy", 8, 2)   # nearest depth
     assert r.factor("sample", 8, 1) == 1.0                           # another table section learns its own
-    r.observe("greedy", 1, 0, 0.8)                                   # starts from what it borrowed (1.25)
-    assert r.factor("greedy", 1, 3) == pytest.approx((1.25 + 0.8) / 2)   # the same band before another band
+    r.observe("greedy", 1, 0, 0.8)                                   # starts from what it borrowed (1.5)
+    assert r.factor("greedy", 1, 3) == pytest.approx((1.5 + 0.8) / 2)   # the same band before another band
     before = r.factor("greedy", 8, 1)
     for _ in range(3):
         r.observe("greedy", 8, 1, 100.0)                             # an outlier step moves it at most x2 per step

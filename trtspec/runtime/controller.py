@@ -39,6 +39,15 @@ Cost. A choice whose inputs (the batch, its caps, the method, every estimate) di
 the last step reuses the last evaluation -- a batch drafting nothing learns nothing, so this is
 most steps there -- and step prices are memoized per shape.
 
+Prices as served. The table times bare steps; a served step also pays a drafter's catch-up, the
+loop's own work, contexts longer than the table's, and a machine slower or faster than when it was
+timed. When the table states its ``clock``, the engine times each step on it (admissions aside) and
+:class:`CostRatios` learns measured / table per (table section, batch band, depth); a depth not run
+yet borrows the nearest measured ratio. While the batch drafts, one step in ``price_every`` (64)
+drafts nothing when such a step was not measured since, so that drafting is priced against not
+drafting as they cost now. Greedy steps only: a sampled step's depths decide which tokens are drawn,
+so its price never depends on timing and seeded sampled outputs stay reproducible.
+
 Probes (off by default). While the batch drafts nothing its estimates cannot learn, so a
 pessimistic prior can keep speculation off; with ``probe_every`` = n, after n steps of drafting
 nothing one step drafts one token for every request -- unless the costs say that no depth could pay
@@ -165,7 +174,7 @@ class CostRatios:
     A depth not run yet in a band borrows the ratio of the nearest one that was (same band first,
     then the nearest depth), so it is priced like what was measured rather than at the bare table;
     running it then measures it, starting from the borrowed ratio counted as one step (a running
-    mean until the EMA weight takes over). Admissions are not in the steps timed: they cost the
+    mean until the EMA weight takes over); the section's first measurement sets its scale outright. Admissions are not in the steps timed: they cost the
     same per request whatever the depth. One step moves a ratio at most by a factor 2 before weighting (a
     long admission is one outlier, not a new level). Published ratios follow the running ones only
     when these drift by more than ``PUBLISH``, so a stationary batch keeps reusing its evaluation.
@@ -191,10 +200,13 @@ class CostRatios:
         self.last[key] = step
         old = self.running.get(key)
         n = self.counts.get(key, 0)
-        if old is None:   # start from what it was priced at
-            old = self.factor(section, batch, depth)
-        w = max(self.weight, 1.0 / (n + 2))   # a running mean (the start counting once) until the EMA takes over
-        new = old + w * (min(max(ratio, old / 2), old * 2) - old)
+        if not any(k[0] == section for k in self.running):   # the first measurement sets the scale
+            new = ratio
+        else:
+            if old is None:   # start from what it was priced at
+                old = self.factor(section, batch, depth)
+            w = max(self.weight, 1.0 / (n + 2))   # a running mean (the start counting once) until the EMA takes over
+            new = old + w * (min(max(ratio, old / 2), old * 2) - old)
         self.running[key], self.counts[key] = new, n + 1
         pub = self.published.get(key)
         if pub is None or abs(new / pub - 1.0) > self.PUBLISH:
@@ -440,16 +452,22 @@ class Controller:
     def price(self, method: str, batch: int, tokens_per_request: float, depth: int) -> float:
         """Seconds of a step: the table's, times the measured ratio (:class:`CostRatios`) when learned."""
         table = self.cfg.costs.seconds(method, batch, tokens_per_request, depth)
-        if self.ratios is None:
+        if not self.learns(method):
             return table
         return table * self.ratios.factor(METHOD_TABLES[method], batch, depth)
+
+    def learns(self, method: str) -> bool:
+        """Whether steps verified by ``method`` are priced from measured steps: greedy ones only, when the
+        table states its clock. A sampled step's depths decide which tokens rejection sampling draws, so
+        they must not depend on timing: seeded sampled outputs stay reproducible."""
+        return self.ratios is not None and method == "greedy"
 
     def observe_cost(self, method: str, batch: int, depth: int, seconds: float,
                      tokens_per_request: float | None = None) -> None:
         """Fold in what a step of ``batch`` requests at batch depth ``depth`` really took (on the table's
         clock, :attr:`clock`), admissions included; ``tokens_per_request``: verified tokens (default:
         the padded step's, the depth's node count)."""
-        if self.ratios is None or not seconds > 0 or batch < 1:
+        if not self.learns(method) or not seconds > 0 or batch < 1:
             return
         tokens = self._nodes(depth) if tokens_per_request is None else tokens_per_request
         table = self.cfg.costs.seconds(method, batch, tokens, depth)
@@ -503,7 +521,7 @@ class Controller:
         ids = [request_ids[i] for i in perm]
         caps_p = [caps[i] for i in perm]
         top = max(caps_p, default=0)
-        key = (method, tuple(ids), tuple(caps_p), self._version, 0 if self.ratios is None else self.ratios.version)
+        key = (method, tuple(ids), tuple(caps_p), self._version, self.ratios.version if self.learns(method) else 0)
         if self._last is not None and self._last[0] == key:   # nothing the choice depends on has changed
             found = self._last[1]
             self.reused += 1
@@ -546,8 +564,8 @@ class Controller:
     def _price_due(self, method: str, batch: int) -> bool:
         """Whether a step drafting nothing is due while drafting: what a drafting step really costs is
         only known against one that drafts nothing, measured on the same machine as it runs now."""
-        every, ratios = self.cfg.price_every, self.ratios
-        return bool(every) and ratios is not None and ratios.age(METHOD_TABLES[method], batch, 0, self.steps) >= every
+        every = self.cfg.price_every
+        return bool(every) and self.learns(method) and self.ratios.age(METHOD_TABLES[method], batch, 0, self.steps) >= every
 
     def _could_pay(self, method: str, caps: Sequence[int], rate0: float) -> bool:
         """Whether some depth would beat drafting nothing if every draft were accepted."""
