@@ -90,7 +90,7 @@ def test_greedy_steps_are_repriced_from_the_engines_own_step_times(dirs):
     assert got == run(pipe.without_speculation(), range(4), 4, params)[0]
     ratios = eng.controller.ratios
     assert ratios.running and all(0 < r < 0.01 for r in ratios.running.values())
-    assert {d for (_, _, d) in ratios.running} >= {0}   # a step drafting nothing was measured
+    assert ('greedy', 3, False) in ratios.running   # a step of 3 requests drafting nothing was measured
 
 
 def test_drafting_priced_out_drafts_nothing(dirs):

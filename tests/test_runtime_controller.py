@@ -353,22 +353,24 @@ def test_measured_steps_correct_a_table_that_underprices_drafting():
             assert ctl.ratios.factor("greedy", 8, 0) == pytest.approx(1.0) and max(drafting) > 1.7
 
 
-def test_cost_ratios_borrow_the_nearest_measured_depth_and_ignore_unclocked_tables():
+def test_cost_ratios_borrow_the_nearest_measured_kind_and_ignore_unclocked_tables():
     from trtspec.runtime.controller import CostRatios
 
     r = CostRatios(0.1)
     assert r.factor("greedy", 8, 3) == 1.0                           # nothing measured: the table
-    r.observe("greedy", 8, 1, 1.5)                                   # the first measurement sets the scale
+    r.observe("greedy", 8, 0, 1.5)                                   # the first measurement sets the scale
+    assert r.factor("greedy", 8, 0) == 1.5 and r.factor("greedy", 8, 3) == 1.5   # drafting borrows it
     r.observe("greedy", 8, 2, 1.0)                                   # starts from what it borrowed (1.5)
-    assert r.factor("greedy", 8, 1) == 1.5 and r.factor("greedy", 8, 2) == pytest.approx(1.25)
-    assert r.factor("greedy", 8, 4) == r.factor("greedy", 12, 3) == r.factor("greedy", 8, 2)   # nearest depth
+    assert r.factor("greedy", 8, 2) == pytest.approx(1.25)
+    assert r.factor("greedy", 8, 4) == r.factor("greedy", 12, 1) == r.factor("greedy", 8, 2)   # one ratio per kind
     assert r.factor("sample", 8, 1) == 1.0                           # another table section learns its own
     r.observe("greedy", 1, 0, 0.8)                                   # starts from what it borrowed (1.5)
     assert r.factor("greedy", 1, 3) == pytest.approx((1.5 + 0.8) / 2)   # the same band before another band
-    before = r.factor("greedy", 8, 1)
+    assert r.age("greedy", 1, 0, 10) == 10 and r.age("greedy", 1, 2, 10) == math.inf
+    before = r.factor("greedy", 8, 2)
     for _ in range(3):
-        r.observe("greedy", 8, 1, 100.0)                             # an outlier step moves it at most x2 per step
-    assert before < r.factor("greedy", 8, 1) < before * 2 ** 3
+        r.observe("greedy", 8, 2, 100.0)                             # an outlier step moves it at most x2 per step
+    assert before < r.factor("greedy", 8, 2) < before * 2 ** 3
     plain = Controller(AdaptiveConfig(StepCosts(table({1: {1: 1.0, 2: 2.0}}, {1: 0.1})), learn=0.1), 1)
     assert plain.ratios is None and plain.clock is None              # a table without its clock is not learned
     with pytest.raises(CostTableError, match="field 'clock'"):

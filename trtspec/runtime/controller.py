@@ -42,8 +42,8 @@ most steps there -- and step prices are memoized per shape.
 Prices as served. The table times bare steps; a served step also pays a drafter's catch-up, the
 loop's own work, contexts longer than the table's, and a machine slower or faster than when it was
 timed. When the table states its ``clock``, the engine times each step on it (admissions aside) and
-:class:`CostRatios` learns measured / table per (table section, batch band, depth); a depth not run
-yet borrows the nearest measured ratio. While the batch drafts, one step in ``price_every`` (64)
+:class:`CostRatios` learns measured / table per (table section, batch band, drafting or not); one
+not measured yet borrows the nearest measured ratio. While the batch drafts, one step in ``price_every`` (64)
 drafts nothing when such a step was not measured since, so that drafting is priced against not
 drafting as they cost now. Greedy steps only: a sampled step's depths decide which tokens are drawn,
 so its price never depends on timing and seeded sampled outputs stay reproducible.
@@ -165,19 +165,22 @@ class StepCosts:
 
 
 class CostRatios:
-    """What steps cost as served over what the table says, per (table section, batch band, depth M):
-    an EMA of measured / table seconds, on the table's own clock. The table times bare steps; a
-    served step also pays admissions (prefill of target and drafter), a drafter's catch-up after
-    steps that drafted nothing, and the loop's own work, and these do not scale as the table does
-    (on the demo pair on one CPU core a D=1 step costs 1.8x a D=0 step where the table says 1.4x).
+    """What steps cost as served over what the table says: an EMA of measured / table seconds on the
+    table's own clock, one ratio per (table section, batch band, drafting or not). The table times
+    bare steps; a served step also pays a drafter's catch-up after steps that drafted nothing, the
+    loop's own work, contexts longer than the table's, and a machine busier than when it was timed
+    -- and a drafting step pays more of it than one drafting nothing (demo pair, one CPU core: a D=1
+    step costs 1.8x a D=0 step where the table says 1.4x). Within drafting steps the table's shape
+    over depths is kept: one ratio learned from every drafting step is far less noisy than one per
+    depth, which lets timing noise pick the depth.
 
-    A depth not run yet in a band borrows the ratio of the nearest one that was (same band first,
-    then the nearest depth), so it is priced like what was measured rather than at the bare table;
-    running it then measures it, starting from the borrowed ratio counted as one step (a running
-    mean until the EMA weight takes over); the section's first measurement sets its scale outright. Admissions are not in the steps timed: they cost the
-    same per request whatever the depth. One step moves a ratio at most by a factor 2 before weighting (a
-    long admission is one outlier, not a new level). Published ratios follow the running ones only
-    when these drift by more than ``PUBLISH``, so a stationary batch keeps reusing its evaluation.
+    Unmeasured, a key borrows the nearest measured one (same band first, then the other kind), so
+    it is priced like what was measured rather than at the bare table; measuring it then starts
+    from the borrowed ratio counted as one step (a running mean until the EMA weight takes over).
+    The section's first measurement sets its scale outright. Admissions are not in the steps timed:
+    they cost the same per request whatever the depth. One step moves a ratio by at most a factor 2
+    before weighting (an outlier step, not a new level). Published ratios follow the running ones
+    only when these drift by more than ``PUBLISH``, so a stationary batch keeps reusing its evaluation.
     """
 
     PUBLISH = 0.02
@@ -191,15 +194,14 @@ class CostRatios:
         self.version = 0
 
     @staticmethod
-    def band(batch: int) -> int:
-        """1 | 2-3 | 4-7 | 8-15 | 16-31 | ...: batches whose steps share a ratio."""
-        return int(batch).bit_length()
+    def key(section: str, batch: int, depth: int) -> tuple[str, int, bool]:
+        """(section, batch band 1 | 2-3 | 4-7 | 8-15 | ..., whether the step drafts)."""
+        return section, int(batch).bit_length(), depth > 0
 
     def observe(self, section: str, batch: int, depth: int, ratio: float, step: int = 0) -> None:
-        key = (section, self.band(batch), depth)
+        key = self.key(section, batch, depth)
         self.last[key] = step
-        old = self.running.get(key)
-        n = self.counts.get(key, 0)
+        old, n = self.running.get(key), self.counts.get(key, 0)
         if not any(k[0] == section for k in self.running):   # the first measurement sets the scale
             new = ratio
         else:
@@ -214,17 +216,17 @@ class CostRatios:
             self.version += 1
 
     def age(self, section: str, batch: int, depth: int, step: int) -> float:
-        """Steps since ``depth`` was last measured in ``batch``'s band (inf: never)."""
-        last = self.last.get((section, self.band(batch), depth))
+        """Steps since a step like this one was last measured (inf: never)."""
+        last = self.last.get(self.key(section, batch, depth))
         return math.inf if last is None else step - last
 
     def factor(self, section: str, batch: int, depth: int) -> float:
-        band = self.band(batch)
-        got = self.published.get((section, band, depth))
+        _, band, drafts = key = self.key(section, batch, depth)
+        got = self.published.get(key)
         if got is not None:
             return got
-        near = [(abs(b - band), abs(d - depth), d, r) for (s, b, d), r in self.published.items() if s == section]
-        return min(near)[3] if near else 1.0
+        near = [(abs(b - band), d != drafts, r) for (s, b, d), r in self.published.items() if s == section]
+        return min(near)[2] if near else 1.0
 
 
 @dataclass(frozen=True)
