@@ -10,11 +10,13 @@ server starts, greedy and sampled, unless ``--cost-table`` is given -- and each 
 acceptance). For every (concurrency, verification, workload) each mode first serves ``--warmup``
 untimed loads (the adaptive mode's estimates and step prices settle on the row's workload, as in a
 server that has been serving it), then the modes take turns ``--repeats`` times; each load sends
-``max(--min-requests, --requests-per-client x concurrency)`` requests from ``concurrency`` client threads over the HTTP generate endpoint. Tokens/s comes from each model's
+``max(--min-requests, --requests-per-client x concurrency)`` requests from ``concurrency`` client
+threads over the HTTP generate endpoint. Tokens/s comes from each model's
 ``trtspec_generation_tokens_total`` counter over the loads' wall time (``--clock wall``) or over the
 CPU seconds its model process spent on them (``--clock cpu``: with ``--threads 1``, what one idle core
 would serve, whatever else a shared machine runs; the cost table is then measured on the same
-clock); both are kept in ``detail``. AL and the mean draft length come from the model's
+clock); both are kept in ``detail``. ``--control`` serves a second copy of ``none`` beside the others:
+its ratio to ``none`` per row is the noise floor of every ratio printed. AL and the mean draft length come from the model's
 ``trtspec_spec_decode_*`` counters.
 
 Workloads: ``uniform``: short Python code prompts (one kind of text); ``mixed``: prompts of the
@@ -24,7 +26,7 @@ summarization 2.10 against roleplay 1.24, qa 1.29, math 1.54).
 
     python benchmarks/bench_serve.py [--bundle DIR] [--speculation none,static,adaptive] [--concurrency 1,4,16]
         [--verify greedy,sample] [--workload uniform,mixed] [--max-tokens 32] [--repeats 3] [--warmup 1]
-        [--cost-table FILE] [--threads 0] [--clock wall|cpu] [--json]
+        [--cost-table FILE] [--threads 0] [--clock wall|cpu] [--control] [--json]
 
 ``--json`` prints ``{"rows": [{"concurrency": C, "verify": "greedy"|"sample", "workload":
 "uniform"|"mixed", "tokens_per_s": {"none": x, "static": y, "adaptive": z}}, ...], "detail": [...],
@@ -238,9 +240,12 @@ def _csv(text: str, allowed, name: str) -> list[str]:
 @click.option("--clock", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
               help="tokens/s over the loads' wall time, or over the CPU time of each model's process (use with "
                    "--threads 1 on a busy shared machine; the cost table is measured on the same clock).")
+@click.option("--control", is_flag=True,
+              help="Also serve a second copy of 'none' (model 'control') taking its turn like the others: its "
+                   "ratio to 'none' on every row is this machine's noise floor for the ratios printed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, requests_per_client, min_requests,
-         max_tokens, temperature, top_p, repeats, warmup, cost_table, threads, clock, as_json):
+         max_tokens, temperature, top_p, repeats, warmup, cost_table, threads, clock, control, as_json):
     """Print tokens/s of no, static and adaptive speculation per (concurrency, verification,
     workload), the adaptive mode's ratio to the best of the other two, and the goals."""
     from dataclasses import replace
@@ -251,6 +256,10 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
     from trtspec.triton.server import TritonServer, find_server
 
     modes = _csv(modes, MODES, "--speculation")
+    if control and "none" not in modes:
+        raise click.BadParameter("--control is a second copy of 'none': add none to --speculation",
+                                 param_hint="--control")
+    served = modes + ["control"] * control
     verifies = _csv(verifies, VERIFY, "--verify")
     workloads = _csv(workloads, WORKLOADS, "--workload")
     try:
@@ -282,13 +291,14 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
             t0 = time.perf_counter()
             cost_table = measure_cost_table(bundle, tmp / "cost_table.json", max_depth, clock)
             cost_s = time.perf_counter() - t0
-        per_mode = {"none": replace(settings, draft_len=0), "static": settings,
+        plain = replace(settings, draft_len=0)
+        per_mode = {"none": plain, "control": plain, "static": settings,
                     "adaptive": replace(settings, speculation="adaptive", cost_table=cost_table)}
-        for mode in modes:
+        for mode in served:
             write_repository(bundle, tmp / "repo", mode, settings=per_mode[mode])
         runs: dict[tuple, list[dict]] = {}
         with TritonServer(tmp / "repo", install=install, log_path=tmp / "server.log") as server:
-            for mode in modes:   # warm-up: one request of each verification
+            for mode in served:   # warm-up: one request of each verification
                 for v in verifies:
                     _post(f"http://{server.http_url}/v2/models/{mode}/generate",
                           payloads(PROMPTS, v, 1, max_tokens, temperature, top_p)[0])
@@ -298,28 +308,31 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
                     for w in workloads:
                         load = payloads(texts[w], v, n, max_tokens, temperature, top_p)
                         for _ in range(warmup):   # untimed: every mode settles on this row's load first
-                            for mode in modes:
+                            for mode in served:
                                 run_load(server, mode, load, c)
                         for r in range(repeats):
-                            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:   # rotate who goes first
+                            for mode in served[r % len(served):] + served[:r % len(served)]:   # rotate who goes first
                                 runs.setdefault((c, v, w, mode), []).append(run_load(server, mode, load, c))
     rows, detail = [], []
     for c in levels:
         for v in verifies:
             for w in workloads:
-                s = {m: summarize(runs[c, v, w, m], clock) for m in modes}
+                s = {m: summarize(runs[c, v, w, m], clock) for m in served}
                 rows.append({"concurrency": c, "verify": v, "workload": w,
                              "tokens_per_s": {m: s[m]["tokens_per_s"] for m in modes}})
                 others = [s[m]["tokens_per_s"] for m in modes if m != "adaptive"]
                 ratio = s["adaptive"]["tokens_per_s"] / max(others) if "adaptive" in s and others else None
+                floor = s["control"]["tokens_per_s"] / s["none"]["tokens_per_s"] if control else None
                 detail.append({"concurrency": c, "verify": v, "workload": w, "adaptive_ratio": ratio,
+                               "control_over_none": floor,
                                **{m: {k: s[m][k] for k in ("p50_s", "mean_al", "mean_draft_len", "requests",
                                                            "wall_tokens_per_s", "cpu_tokens_per_s")}
-                                  for m in modes}})
-    meta = {"bundle": str(bundle), "modes": modes, "max_tokens": max_tokens, "temperature": temperature,
-            "threads": threads or "default", "clock": clock,
-            "top_p": top_p, "repeats": repeats, "warmup": warmup, "cost_table": "measured before the server started" if cost_s else
-            str(cost_table), "cost_table_s": cost_s, "wall_s": time.perf_counter() - t_start}
+                                  for m in served}})
+    meta = {"bundle": str(bundle), "modes": modes, "control": control, "max_tokens": max_tokens,
+            "temperature": temperature, "top_p": top_p, "threads": threads or "default", "clock": clock,
+            "repeats": repeats, "warmup": warmup,
+            "cost_table": "measured before the server started" if cost_s else str(cost_table),
+            "cost_table_s": cost_s, "wall_s": time.perf_counter() - t_start}
     if as_json:
         click.echo(json.dumps({"rows": rows, "detail": detail, "meta": meta}, indent=2))
         return
@@ -330,14 +343,16 @@ def _print(rows, detail, meta, modes) -> None:
     click.echo(f"bench_serve: {meta}")
     head = f"{'conc':>4} {'verify':6} {'workload':8} | " + " ".join(f"{m + ' tok/s':>15}" for m in modes)
     head += " | adaptive/best | mean D (AL) " + " ".join(f"{m:>11}" for m in modes)
+    head += " | control/none" if meta.get("control") else ""
     click.echo(head)
     misses = []
     for row, d in zip(rows, detail):
         r = d["adaptive_ratio"]
         cells = " ".join(f"{row['tokens_per_s'][m]:15.1f}" for m in modes)
         dl = " ".join(f"{d[m]['mean_draft_len']:5.2f}({d[m]['mean_al']:4.2f})" for m in modes)
+        floor = d.get("control_over_none")
         click.echo(f"{row['concurrency']:>4} {row['verify']:6} {row['workload']:8} | {cells} | "
-                   f"{'n/a' if r is None else f'{r:13.3f}'} | {dl}")
+                   f"{'n/a' if r is None else f'{r:13.3f}'} | {dl}" + ("" if floor is None else f" | {floor:12.3f}"))
         if r is not None and r < ROW_GOAL:
             misses.append(f"c={row['concurrency']} {row['verify']} {row['workload']}: {r:.3f} < {ROW_GOAL}")
     if "adaptive" in modes and len(modes) > 1:
@@ -348,6 +363,10 @@ def _print(rows, detail, meta, modes) -> None:
             click.echo(f"mixed greedy c={top}: adaptive {d['adaptive_ratio']:.3f}x the best of the others "
                        f"({'meets' if ok else 'misses'} {MIXED_GOAL})")
         click.echo("every row adaptive >= 0.98 x max(others): " + ("yes" if not misses else "no: " + "; ".join(misses)))
+    floors = [abs(d["control_over_none"] - 1.0) for d in detail if d.get("control_over_none") is not None]
+    if floors:
+        click.echo(f"noise floor (the same settings served twice, control/none): median |1 - ratio| "
+                   f"{sorted(floors)[len(floors) // 2]:.3f}, worst {max(floors):.3f}")
 
 
 if __name__ == "__main__":

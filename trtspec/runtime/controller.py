@@ -43,8 +43,8 @@ Prices as served. The table times bare steps; a served step also pays a drafter'
 loop's own work, contexts longer than the table's, and a machine slower or faster than when it was
 timed. When the table states its ``clock``, the engine times each step on it (admissions aside) and
 :class:`CostRatios` learns measured / table per (table section, batch band, drafting or not); one
-not measured yet borrows the nearest measured ratio. While the batch drafts, one step in ``price_every`` (64)
-drafts nothing when such a step was not measured since, so that drafting is priced against not
+not measured yet borrows the nearest measured ratio. While the batch drafts, one step in
+``price_every`` (64) drafts nothing when such a step was not measured since, so that drafting is priced against not
 drafting as they cost now. Greedy steps only: a sampled step's depths decide which tokens are drawn,
 so its price never depends on timing and seeded sampled outputs stay reproducible.
 
@@ -567,7 +567,9 @@ class Controller:
         """Whether a step drafting nothing is due while drafting: what a drafting step really costs is
         only known against one that drafts nothing, measured on the same machine as it runs now."""
         every = self.cfg.price_every
-        return bool(every) and self.learns(method) and self.ratios.age(METHOD_TABLES[method], batch, 0, self.steps) >= every
+        if not every or not self.learns(method):
+            return False
+        return self.ratios.age(METHOD_TABLES[method], batch, 0, self.steps) >= every
 
     def _could_pay(self, method: str, caps: Sequence[int], rate0: float) -> bool:
         """Whether some depth would beat drafting nothing if every draft were accepted."""
