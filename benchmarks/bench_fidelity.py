@@ -1,6 +1,6 @@
 """Planner fidelity on published measurements it has never seen: leave-one-source-out first, the roofline beside it.
 
-    python benchmarks/bench_fidelity.py [--fit] [--write-intervals] [--no-aic] [--cases] [--json]
+    python benchmarks/bench_fidelity.py [--fit] [--write-intervals] [--no-aic] [--cases] [--worst N] [--json]
 
 Every corpus figure (``recipes/measurements/*.yaml``) that a scoring mode of ``trtspec.recipes.fidelity`` accepts is
 priced once as linear terms in the engines' fitted figures (``trtspec.recipes.validation.price_corpus``); then, for
@@ -179,6 +179,27 @@ def _targets(res: dict) -> list[str]:
     return ["", "Targets (LOSO): " + "; ".join(f"{name}: {'met' if ok else 'MISSED'}" for name, ok in checks)]
 
 
+def worst_lines(res: dict, n: int) -> list[str]:
+    """The ``n`` speedups (both AL modes) of largest LOSO |error|, each with its nested interval, and every case on
+    the wrong side of 1 whose interval does not straddle 1 (what drives the p90 and the wrong-side target)."""
+    rows = res["coverage"]["rows"]
+    ranked = sorted(rows, key=lambda r: -abs(r[0].error))
+
+    def line(row) -> str:
+        p, lo, hi, hit = row
+        it = p.item
+        flag = "WRONG-SIDE" if p.wrong_side and not lo < 1.0 < hi else ("wrong side" if p.wrong_side else "")
+        return (f"  {p.error:+6.1%}  {it.id[:56]:56} {it.engine:6} B={it.batch:<4} D={it.draft_len:<2} "
+                f"{it.tag('gpu')!s:12} published {it.published:5.2f} LOSO {p.predicted:5.2f} "
+                f"[{lo:4.2f}, {hi:4.2f}]{'' if hit else ' miss'} {flag}")
+    out = ["", f"Worst {n} speedups (LOSO |error|; nested interval; WRONG-SIDE: wrong side outside a straddling "
+               "interval):"]
+    out += [line(r) for r in ranked[:n]]
+    wrong = [r for r in ranked if r[0].wrong_side and not r[1] < 1.0 < r[2]]
+    out += ["", f"Wrong side of 1 outside a straddling interval ({len(wrong)}):"] + [line(r) for r in wrong]
+    return out
+
+
 def report(res: dict, cases: bool = False) -> list[str]:
     c = res["corpus"]
     lines = [f"Corpus: {c['cases']} cases from {c['sources']} sources; scored figures: "
@@ -307,6 +328,8 @@ def main(argv=None) -> int:
     ap.add_argument("--write-intervals", action="store_true", help="rewrite recipes/validation/intervals.yaml")
     ap.add_argument("--no-aic", action="store_true", help="skip aiconfigurator-core's whole-step baseline")
     ap.add_argument("--cases", action="store_true", help="print every scored figure")
+    ap.add_argument("--worst", type=int, default=0, metavar="N",
+                    help="list the N speedups of largest LOSO |error| and every wrong-side case")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     console = Console(stderr=True)
@@ -330,7 +353,7 @@ def main(argv=None) -> int:
         for engine, f in fitted.items():
             print(f"fitted {engine}: " + ", ".join(f"{k} = {v:.3g}" for k, v in f["params"].items())
                   + f" ({f['own_cases']} of the {len(f['cases'])} speculative figures its own)")
-    print("\n".join(report(res, args.cases)))
+    print("\n".join(report(res, args.cases) + (worst_lines(res, args.worst) if args.worst else [])))
     return 0
 
 

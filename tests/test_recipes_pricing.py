@@ -251,3 +251,44 @@ def test_libyaml_loader_reads_the_package_files_as_pyyaml_does():
     with _libyaml(perf_database):
         assert isinstance(perf_database.yaml, _CYaml) or not yaml.__with_libyaml__
     assert perf_database.yaml is yaml
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "sglang"])
+def test_mla_verification_shares_one_latent_pass_between_one_and_t_decode_prices(engine):
+    """MLA verification folds the T query tokens into the query-row axis (FlashMLA's s_q * h_q rows): with
+    verify_split 0 the price of T tokens lies between one decode and T decodes and grows with T and with the batch;
+    where the table grows slowly with the head count, 128 local heads (attention data parallelism) verifying 4
+    tokens cost well under 4 decode passes."""
+    from trtspec.recipes.pricing import Pricer, _attention
+
+    arch, gpu, prec = load_architecture("deepseek-v3"), load_gpu("h200"), Precision.of("fp8")
+    base = make_pricer(gpu, engine)
+    pricer = Pricer(gpu, base.engine.with_params(verify_split=0.0), base.db)
+    block = next(b for b in arch.blocks if b.mixer == "mla")
+    for tp in (1, 8):
+        for context in (1024, 65536):
+            prev_batch = [0.0] * 9
+            for batch in (1, 2, 8, 32):
+                one = _attention(pricer, arch, block, prec, tp, batch, 1, context)
+                prev = one
+                for tokens in range(2, 9):
+                    t = _attention(pricer, arch, block, prec, tp, batch, tokens, context)
+                    assert one <= t <= tokens * one * (1 + 1e-9), (tp, context, batch, tokens)
+                    assert t >= prev * (1 - 1e-9) and t >= prev_batch[tokens] * (1 - 1e-9)
+                    prev, prev_batch[tokens] = t, t
+    if engine == "sglang":  # its MLA kernel (FlashAttention-3) costs 187 us at 128 heads, 164 us at 8 (64k context)
+        t1 = _attention(pricer, arch, block, prec, 1, 2, 1, 65536)
+        assert _attention(pricer, arch, block, prec, 1, 2, 4, 65536) < 2.0 * t1  # not 4 KV passes
+
+
+def test_mla_rows_beyond_the_collected_heads_go_on_at_the_last_measured_slope(db):
+    """Query rows within the collected heads read the table there (from the decode's own head count up); above 128
+    rows the price is the 128-row one plus the per-row slope between 64 and 128 heads."""
+    from trtspec.recipes.pricing import MLA_TABLE_HEADS, _mla_rows
+
+    pricer = make_pricer(load_gpu("h200"), "trtllm")
+    hi, lo = db.mla(4, 8192, MLA_TABLE_HEADS, "fp8"), db.mla(4, 8192, MLA_TABLE_HEADS // 2, "fp8")
+    assert _mla_rows(pricer, 4, 8192, 16, 4, "fp8") == pytest.approx(max(lo, db.mla(4, 8192, 16, "fp8"),
+                                                                         db.mla(4, 8192, 32, "fp8")))
+    want = hi + (hi - lo) / (MLA_TABLE_HEADS // 2) * (512 - MLA_TABLE_HEADS)
+    assert _mla_rows(pricer, 4, 8192, 128, 4, "fp8") == pytest.approx(want)

@@ -153,6 +153,11 @@ class PerfDB:
             return hi
         return lo + (hi - lo) * (x - pts[i - 1]) / (pts[i] - pts[i - 1])
 
+    def ladder(self, key: tuple, size: int, at) -> float | None:
+        """``at(v)`` (a price at size v, None: no data) read on the size ladder -- running maximum, linear between
+        two points (module docstring) -- for prices that ``trtspec.recipes.pricing`` derives from the tables."""
+        return self._monotone(key, size, at)
+
     def switch_between(self, lo: int, hi: int) -> list:
         """Kernel / tile switches recorded on any shape between sizes ``lo`` and ``hi`` (exclusive, inclusive):
         ``[(key kind, size_lo, size_hi, ratio)]``."""
