@@ -221,12 +221,13 @@ def report(res: dict, cases: bool = False) -> list[str]:
     if "_skipped" in res["baselines"]:
         lines.append(f"  ({res['baselines']['_skipped']} baselines aiconfigurator-core does not price: sparse / "
                      "compressed attention modules, 4-bit weight-only GEMMs, configs it does not ship)")
-    lines += ["", "Intervals (70th percentile of |LOSO log residual| per drafter class, both sides; nested per source):",
+    lines += ["", "Intervals (70th percentile of |LOSO log residual| per interval class, both sides; nested per "
+                    "source):",
               _coverage_line("speedups (measured AL)", res["coverage"]),
               _coverage_line("speedups at the closest prior's AL, widened by the AL spread", res["prior_coverage"])]
     for cls, e in res["intervals"].items():
         lo, hi = e["log_residual_q"]
-        lines.append(f"  class {cls:11} {e['cases']:3} cases{' (pooled)' if e.get('pooled') and cls != 'all' else '':9}"
+        lines.append(f"  class {cls:15} {e['cases']:3} cases{' (pooled)' if e.get('pooled') and cls != 'all' else '':9}"
                      f" published / predicted in [{2.718281828 ** -hi:.3f}, {2.718281828 ** -lo:.3f}]")
     lines += _regret_lines(res)
     lines += ["", "Secondary: fit on split: train only (the old split)"]
@@ -262,7 +263,8 @@ def write_intervals(res: dict, measurements) -> str:
            "level": INTERVAL_LEVEL, "quantiles": list(INTERVAL_QUANTILES),
            "how": ("benchmarks/bench_fidelity.py --write-intervals: every corpus speedup with a published D and AL "
                    "predicted leave-one-source-out (engines' figures refitted without the case's source); "
-                   f"cost_model = per drafter class q = the {INTERVAL_LEVEL:.0%} percentile of |log(predicted / "
+                   f"cost_model = per interval class (drafter class, +moe for a target with routed experts) q = the "
+                   f"{INTERVAL_LEVEL:.0%} percentile of |log(predicted / "
                    "published)|, stored as [-q, q] (a class with fewer than 8 cases takes every class's); "
                    "acceptance_spread = per drafter the 10th/90th percentiles of log(published AL / closest "
                    "published prior's AL at that D), the case's own source's priors left out. A speedup p gets "
