@@ -292,3 +292,56 @@ def test_mla_rows_beyond_the_collected_heads_go_on_at_the_last_measured_slope(db
                                                                          db.mla(4, 8192, 32, "fp8")))
     want = hi + (hi - lo) / (MLA_TABLE_HEADS // 2) * (512 - MLA_TABLE_HEADS)
     assert _mla_rows(pricer, 4, 8192, 128, 4, "fp8") == pytest.approx(want)
+
+
+def _routing_monte_carlo(experts: int, topk: int, tokens: int, trials: int = 4000, seed: int = 7) -> float:
+    """Mean distinct experts hit by ``tokens`` tokens each choosing ``topk`` distinct experts uniformly."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    hits = [len({int(e) for _ in range(tokens) for e in rng.choice(experts, topk, replace=False)})
+            for _ in range(trials)]
+    return float(np.mean(hits))
+
+
+@pytest.mark.parametrize("experts, topk, tokens", [(16, 1, 8), (16, 1, 32), (128, 8, 4), (128, 8, 32), (256, 8, 17)])
+def test_distinct_experts_formula_matches_a_monte_carlo_of_uniform_top_k_routing(experts, topk, tokens):
+    from trtspec.recipes.perfdb import unique_experts
+
+    assert unique_experts(experts, topk, tokens) == pytest.approx(_routing_monte_carlo(experts, topk, tokens),
+                                                                  rel=0.02)
+
+
+@pytest.mark.parametrize("experts, topk", [(16, 1), (128, 8), (256, 8), (384, 8), (512, 10), (8, 2)])
+def test_loading_edge_is_the_coupon_collector_point(experts, topk):
+    """By ``loading_edge`` tokens fewer than one expert is expected untouched, one token earlier at least one (or the
+    edge is E/k)."""
+    from trtspec.recipes.perfdb import loading_edge, unique_experts
+
+    edge = loading_edge(experts, topk)
+    assert experts - unique_experts(experts, topk, edge) < 1.0
+    assert edge == math.ceil(experts / topk) or experts - unique_experts(experts, topk, edge - 1) >= 1.0
+    assert edge >= experts / topk
+
+
+def test_a_kernel_switch_while_tokens_still_load_new_experts_does_not_move_the_routed_expert_price():
+    """A synthetic routed-expert table priced a + b*u(T) (E = 16, top-1) with a 1.8x kernel switch between 16 and 24
+    tokens: up to the coupon-collector point the price grows as the experts loaded; the same switch past that
+    point (between 64 and 96 tokens) is the table's own price; a table without a switch is priced as before."""
+    from trtspec.recipes.perfdb import PerfDB, unique_experts
+
+    def table(switch_at):
+        return lambda t: (10e-6 + 2e-6 * unique_experts(16, 1, t)) * (1.8 if t >= switch_at else 1.0)
+
+    def price(at, tokens):
+        db = PerfDB("synthetic", "none", "0")
+        return db._expert_loading(("moe", "synthetic"), tokens, 1, 16, at, db._monotone(("moe", "synthetic"),
+                                                                                         tokens, at))
+
+    plain = table(10 ** 9)
+    for tokens in (8, 24, 32, 48, 128):
+        assert price(table(24), tokens) == pytest.approx(plain(tokens), rel=1e-6)
+        assert price(plain, tokens) == pytest.approx(plain(tokens), rel=1e-6)
+    late = table(96)
+    assert price(late, 64) == pytest.approx(plain(64), rel=1e-6)
+    assert price(late, 128) == pytest.approx(late(128), rel=1e-6)
