@@ -1,6 +1,6 @@
 """Planner fidelity on published measurements it has never seen: leave-one-source-out first, the roofline beside it.
 
-    python benchmarks/bench_fidelity.py [--fit] [--write-intervals] [--no-aic] [--cases] [--json]
+    python benchmarks/bench_fidelity.py [--fit] [--write-intervals] [--no-aic] [--cases] [--worst N] [--json]
 
 Every corpus figure (``recipes/measurements/*.yaml``) that a scoring mode of ``trtspec.recipes.fidelity`` accepts is
 priced once as linear terms in the engines' fitted figures (``trtspec.recipes.validation.price_corpus``); then, for
@@ -179,6 +179,27 @@ def _targets(res: dict) -> list[str]:
     return ["", "Targets (LOSO): " + "; ".join(f"{name}: {'met' if ok else 'MISSED'}" for name, ok in checks)]
 
 
+def worst_lines(res: dict, n: int) -> list[str]:
+    """The ``n`` speedups (both AL modes) of largest LOSO |error|, each with its nested interval, and every case on
+    the wrong side of 1 whose interval does not straddle 1 (what drives the p90 and the wrong-side target)."""
+    rows = res["coverage"]["rows"]
+    ranked = sorted(rows, key=lambda r: -abs(r[0].error))
+
+    def line(row) -> str:
+        p, lo, hi, hit = row
+        it = p.item
+        flag = "WRONG-SIDE" if p.wrong_side and not lo < 1.0 < hi else ("wrong side" if p.wrong_side else "")
+        return (f"  {p.error:+6.1%}  {it.id[:56]:56} {it.engine:6} B={it.batch:<4} D={it.draft_len:<2} "
+                f"{it.tag('gpu')!s:12} published {it.published:5.2f} LOSO {p.predicted:5.2f} "
+                f"[{lo:4.2f}, {hi:4.2f}]{'' if hit else ' miss'} {flag}")
+    out = ["", f"Worst {n} speedups (LOSO |error|; nested interval; WRONG-SIDE: wrong side outside a straddling "
+               "interval):"]
+    out += [line(r) for r in ranked[:n]]
+    wrong = [r for r in ranked if r[0].wrong_side and not r[1] < 1.0 < r[2]]
+    out += ["", f"Wrong side of 1 outside a straddling interval ({len(wrong)}):"] + [line(r) for r in wrong]
+    return out
+
+
 def report(res: dict, cases: bool = False) -> list[str]:
     c = res["corpus"]
     lines = [f"Corpus: {c['cases']} cases from {c['sources']} sources; scored figures: "
@@ -200,12 +221,13 @@ def report(res: dict, cases: bool = False) -> list[str]:
     if "_skipped" in res["baselines"]:
         lines.append(f"  ({res['baselines']['_skipped']} baselines aiconfigurator-core does not price: sparse / "
                      "compressed attention modules, 4-bit weight-only GEMMs, configs it does not ship)")
-    lines += ["", "Intervals (70th percentile of |LOSO log residual| per drafter class, both sides; nested per source):",
+    lines += ["", "Intervals (70th percentile of |LOSO log residual| per interval class, both sides; nested per "
+                    "source):",
               _coverage_line("speedups (measured AL)", res["coverage"]),
               _coverage_line("speedups at the closest prior's AL, widened by the AL spread", res["prior_coverage"])]
     for cls, e in res["intervals"].items():
         lo, hi = e["log_residual_q"]
-        lines.append(f"  class {cls:11} {e['cases']:3} cases{' (pooled)' if e.get('pooled') and cls != 'all' else '':9}"
+        lines.append(f"  class {cls:15} {e['cases']:3} cases{' (pooled)' if e.get('pooled') and cls != 'all' else '':9}"
                      f" published / predicted in [{2.718281828 ** -hi:.3f}, {2.718281828 ** -lo:.3f}]")
     lines += _regret_lines(res)
     lines += ["", "Secondary: fit on split: train only (the old split)"]
@@ -241,7 +263,8 @@ def write_intervals(res: dict, measurements) -> str:
            "level": INTERVAL_LEVEL, "quantiles": list(INTERVAL_QUANTILES),
            "how": ("benchmarks/bench_fidelity.py --write-intervals: every corpus speedup with a published D and AL "
                    "predicted leave-one-source-out (engines' figures refitted without the case's source); "
-                   f"cost_model = per drafter class q = the {INTERVAL_LEVEL:.0%} percentile of |log(predicted / "
+                   f"cost_model = per interval class (drafter class, +moe for a target with routed experts) q = the "
+                   f"{INTERVAL_LEVEL:.0%} percentile of |log(predicted / "
                    "published)|, stored as [-q, q] (a class with fewer than 8 cases takes every class's); "
                    "acceptance_spread = per drafter the 10th/90th percentiles of log(published AL / closest "
                    "published prior's AL at that D), the case's own source's priors left out. A speedup p gets "
@@ -307,6 +330,8 @@ def main(argv=None) -> int:
     ap.add_argument("--write-intervals", action="store_true", help="rewrite recipes/validation/intervals.yaml")
     ap.add_argument("--no-aic", action="store_true", help="skip aiconfigurator-core's whole-step baseline")
     ap.add_argument("--cases", action="store_true", help="print every scored figure")
+    ap.add_argument("--worst", type=int, default=0, metavar="N",
+                    help="list the N speedups of largest LOSO |error| and every wrong-side case")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     console = Console(stderr=True)
@@ -330,7 +355,7 @@ def main(argv=None) -> int:
         for engine, f in fitted.items():
             print(f"fitted {engine}: " + ", ".join(f"{k} = {v:.3g}" for k, v in f["params"].items())
                   + f" ({f['own_cases']} of the {len(f['cases'])} speculative figures its own)")
-    print("\n".join(report(res, args.cases)))
+    print("\n".join(report(res, args.cases) + (worst_lines(res, args.worst) if args.worst else [])))
     return 0
 
 

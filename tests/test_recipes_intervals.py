@@ -137,3 +137,19 @@ def test_a_plan_without_acceptance_uses_the_prior_and_a_wider_interval():
                                     "--batch", "1", "--quant", "fp8"])
     assert out.exit_code == 0, out.output
     assert "closest published eagle3 prior for qwen3-32b" in " ".join(out.output.split())
+
+
+def test_moe_targets_have_their_own_interval_class_falling_back_to_the_drafter_class():
+    """A target with routed experts takes its drafter class's '+moe' residual percentile; a table without that class
+    falls back to the drafter class, then to 'all'; dense targets keep the drafter class."""
+    from trtspec.recipes.arch import load_architecture
+    from trtspec.recipes.intervals import interval_class
+
+    moe, dense = load_architecture("qwen3-30b-a3b"), load_architecture("llama-3.1-8b")
+    assert interval_class("eagle3", moe) == "sequential+moe" and interval_class("eagle3", dense) == "sequential"
+    assert interval_class("dflash", moe) == "parallel+moe" and interval_class("eagle3") == "sequential"
+    cost = doc()["cost_model"] | {"sequential+moe": {"log_residual_q": [-0.4, 0.4]}}
+    t = parse_interval_doc(doc(cost_model=cost))
+    assert t.interval(1.5, "eagle3", arch=moe) == pytest.approx((1.5 * math.exp(-0.4), 1.5 * math.exp(0.4)))
+    assert t.interval(1.5, "eagle3", arch=dense) == pytest.approx((1.5 * math.exp(-0.2), 1.5 * math.exp(0.3)))
+    assert parse_interval_doc(doc()).interval(1.5, "eagle3", arch=moe) == pytest.approx(t.interval(1.5, "eagle3"))

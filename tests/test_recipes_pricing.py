@@ -251,3 +251,97 @@ def test_libyaml_loader_reads_the_package_files_as_pyyaml_does():
     with _libyaml(perf_database):
         assert isinstance(perf_database.yaml, _CYaml) or not yaml.__with_libyaml__
     assert perf_database.yaml is yaml
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "sglang"])
+def test_mla_verification_shares_one_latent_pass_between_one_and_t_decode_prices(engine):
+    """MLA verification folds the T query tokens into the query-row axis (FlashMLA's s_q * h_q rows): with
+    verify_split 0 the price of T tokens lies between one decode and T decodes and grows with T and with the batch;
+    where the table grows slowly with the head count, 128 local heads (attention data parallelism) verifying 4
+    tokens cost well under 4 decode passes."""
+    from trtspec.recipes.pricing import Pricer, _attention
+
+    arch, gpu, prec = load_architecture("deepseek-v3"), load_gpu("h200"), Precision.of("fp8")
+    base = make_pricer(gpu, engine)
+    pricer = Pricer(gpu, base.engine.with_params(verify_split=0.0), base.db)
+    block = next(b for b in arch.blocks if b.mixer == "mla")
+    for tp in (1, 8):
+        for context in (1024, 65536):
+            prev_batch = [0.0] * 9
+            for batch in (1, 2, 8, 32):
+                one = _attention(pricer, arch, block, prec, tp, batch, 1, context)
+                prev = one
+                for tokens in range(2, 9):
+                    t = _attention(pricer, arch, block, prec, tp, batch, tokens, context)
+                    assert one <= t <= tokens * one * (1 + 1e-9), (tp, context, batch, tokens)
+                    assert t >= prev * (1 - 1e-9) and t >= prev_batch[tokens] * (1 - 1e-9)
+                    prev, prev_batch[tokens] = t, t
+    if engine == "sglang":  # its MLA kernel (FlashAttention-3) costs 187 us at 128 heads, 164 us at 8 (64k context)
+        t1 = _attention(pricer, arch, block, prec, 1, 2, 1, 65536)
+        assert _attention(pricer, arch, block, prec, 1, 2, 4, 65536) < 2.0 * t1  # not 4 KV passes
+
+
+def test_mla_rows_beyond_the_collected_heads_go_on_at_the_last_measured_slope(db):
+    """Query rows within the collected heads read the table there (from the decode's own head count up); above 128
+    rows the price is the 128-row one plus the per-row slope between 64 and 128 heads."""
+    from trtspec.recipes.pricing import MLA_TABLE_HEADS, _mla_rows
+
+    pricer = make_pricer(load_gpu("h200"), "trtllm")
+    hi, lo = db.mla(4, 8192, MLA_TABLE_HEADS, "fp8"), db.mla(4, 8192, MLA_TABLE_HEADS // 2, "fp8")
+    assert _mla_rows(pricer, 4, 8192, 16, 4, "fp8") == pytest.approx(max(lo, db.mla(4, 8192, 16, "fp8"),
+                                                                         db.mla(4, 8192, 32, "fp8")))
+    want = hi + (hi - lo) / (MLA_TABLE_HEADS // 2) * (512 - MLA_TABLE_HEADS)
+    assert _mla_rows(pricer, 4, 8192, 128, 4, "fp8") == pytest.approx(want)
+
+
+def _routing_monte_carlo(experts: int, topk: int, tokens: int, trials: int = 4000, seed: int = 7) -> float:
+    """Mean distinct experts hit by ``tokens`` tokens each choosing ``topk`` distinct experts uniformly."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    hits = [len({int(e) for _ in range(tokens) for e in rng.choice(experts, topk, replace=False)})
+            for _ in range(trials)]
+    return float(np.mean(hits))
+
+
+@pytest.mark.parametrize("experts, topk, tokens", [(16, 1, 8), (16, 1, 32), (128, 8, 4), (128, 8, 32), (256, 8, 17)])
+def test_distinct_experts_formula_matches_a_monte_carlo_of_uniform_top_k_routing(experts, topk, tokens):
+    from trtspec.recipes.perfdb import unique_experts
+
+    assert unique_experts(experts, topk, tokens) == pytest.approx(_routing_monte_carlo(experts, topk, tokens),
+                                                                  rel=0.02)
+
+
+@pytest.mark.parametrize("experts, topk", [(16, 1), (128, 8), (256, 8), (384, 8), (512, 10), (8, 2)])
+def test_loading_edge_is_the_coupon_collector_point(experts, topk):
+    """By ``loading_edge`` tokens fewer than one expert is expected untouched, one token earlier at least one (or the
+    edge is E/k)."""
+    from trtspec.recipes.perfdb import loading_edge, unique_experts
+
+    edge = loading_edge(experts, topk)
+    assert experts - unique_experts(experts, topk, edge) < 1.0
+    assert edge == math.ceil(experts / topk) or experts - unique_experts(experts, topk, edge - 1) >= 1.0
+    assert edge >= experts / topk
+
+
+def test_a_kernel_switch_while_tokens_still_load_new_experts_does_not_move_the_routed_expert_price():
+    """A synthetic routed-expert table priced a + b*u(T) (E = 16, top-1) with a 1.8x kernel switch between 16 and 24
+    tokens: up to the coupon-collector point the price grows as the experts loaded; the same switch past that
+    point (between 64 and 96 tokens) is the table's own price; a table without a switch is priced as before."""
+    from trtspec.recipes.perfdb import PerfDB, unique_experts
+
+    def table(switch_at):
+        return lambda t: (10e-6 + 2e-6 * unique_experts(16, 1, t)) * (1.8 if t >= switch_at else 1.0)
+
+    def price(at, tokens):
+        db = PerfDB("synthetic", "none", "0")
+        return db._expert_loading(("moe", "synthetic"), tokens, 1, 16, at, db._monotone(("moe", "synthetic"),
+                                                                                         tokens, at))
+
+    plain = table(10 ** 9)
+    for tokens in (8, 24, 32, 48, 128):
+        assert price(table(24), tokens) == pytest.approx(plain(tokens), rel=1e-6)
+        assert price(plain, tokens) == pytest.approx(plain(tokens), rel=1e-6)
+    late = table(96)
+    assert price(late, 64) == pytest.approx(plain(64), rel=1e-6)
+    assert price(late, 128) == pytest.approx(late(128), rel=1e-6)

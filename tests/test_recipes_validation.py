@@ -1,5 +1,6 @@
 """Leave-one-source-out validation (trtspec.recipes.validation): honesty of the folds, the closed forms it predicts
 with, interval coverage, regret, and the fit it calls."""
+import dataclasses
 import math
 
 import pytest
@@ -134,3 +135,19 @@ def test_a_served_cases_prior_prediction_prices_the_prefill_at_the_priors_al():
     assert prior.predict(x) == pytest.approx(direct, rel=1e-6)
     at_one = predict(setup_case(m, need_al=False)) * prior.al  # the old pricing: prefill at AL 1
     assert prior.predict(x) < at_one
+
+
+def test_interval_table_groups_by_interval_class_and_nested_coverage_uses_it():
+    """Items tagged with an interval class ('sequential+moe') get that class's percentile; items without the tag
+    keep their drafter class; nested coverage reads each item's own class."""
+    small, large = [0.01 * (i - 4) for i in range(9)], [0.1 * (i - 4) for i in range(9)]
+    preds = [_pred(f"d{i}", 2.0, 2.0 * math.exp(r)) for i, r in enumerate(small)]
+    tags = (("drafter_class", "sequential"), ("interval_class", "sequential+moe"), ("drafter", "eagle3"))
+    moe = [V.Prediction(dataclasses.replace(item(source=f"m{i}", published=2.0), tags=tags), 2.0 * math.exp(r))
+           for i, r in enumerate(large)]
+    table = V.interval_table(preds + moe, level=1.0, min_cases=3)
+    assert table["sequential"]["log_residual_q"] == pytest.approx([-0.04, 0.04])
+    assert table["sequential+moe"]["log_residual_q"] == pytest.approx([-0.4, 0.4])
+    rows = V.nested_coverage(preds + moe, level=1.0)["rows"]
+    widths = {p.item.source: hi / lo for p, lo, hi, _ in rows}
+    assert widths["m0"] > 2 * widths["d0"]

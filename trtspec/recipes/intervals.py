@@ -2,9 +2,10 @@
 
 Every speedup the planner prints carries the interval its validation supports (design.md, habit 7). The file is
 written by ``python benchmarks/bench_fidelity.py --write-intervals`` from the corpus (``recipes/measurements``) and
-never recomputed at plan time; it holds, per drafter class (``sequential`` / ``parallel`` / ``host-side``, and
-``all``), ``log_residual_q = [-q, q]`` with q the 70th percentile of the leave-one-source-out |log(predicted /
-published)| of the corpus's speedups (``trtspec.recipes.validation.interval_table``), and, per drafter, the 10th and
+never recomputed at plan time; it holds, per interval class (``interval_class``: the drafter class ``sequential`` /
+``parallel`` / ``host-side``, with ``+moe`` for a target with routed experts; and ``all``), ``log_residual_q =
+[-q, q]`` with q the 70th percentile of the leave-one-source-out |log(predicted / published)| of the corpus's
+speedups in that class (``trtspec.recipes.validation.interval_table``), and, per drafter, the 10th and
 90th percentiles (a10, a90) of log(published AL / the closest published prior's AL at that D)
 (``acceptance_spread``: how far a prior can be from a deployment it was not measured on).
 
@@ -27,9 +28,23 @@ from trtspec.recipes.paths import book_dir
 
 FORMAT = "trtspec.intervals/v1"
 CLASSES = ("sequential", "parallel", "host-side")
+MOE = "+moe"  # suffix of the interval class of a target with routed experts (``interval_class``)
 # drafter kind -> interval class (trtspec.recipes.drafters.DRAFTER_CLASS, "lookup" named host-side)
 _CLASS_OF = {"draft_model": "sequential", "eagle3": "sequential", "mtp": "sequential", "dflash": "parallel",
              "dspark": "parallel", "ngram": "host-side", "sa": "host-side"}
+
+
+def interval_class(drafter: str, arch=None) -> str:
+    """The interval class of a speedup of ``drafter`` on target ``arch``: the drafter's class, with ``+moe`` when
+    the target has routed experts. An MoE target's verification price depends on which experts the B*(1+D) verified
+    tokens touch (routing skew, the grouped-GEMM configuration the engine picks per token count) where the kernel
+    tables hold one routing and the roofline uniform routing, and its leave-one-source-out residuals are about twice
+    a dense target's (sequential drafters, corpus of 2026-12-02: 70th percentile of |log error| 0.29 on MoE
+    targets, 0.11 on dense ones), so it gets its own residual percentile."""
+    cls = _CLASS_OF.get(drafter, "")
+    routed = arch is not None and getattr(arch, "moe", None) is not None and any(
+        b.ffn == "moe" for b in getattr(arch, "blocks", ()))
+    return cls + MOE if cls and routed else cls
 
 
 def interval_path() -> Path:
@@ -53,13 +68,18 @@ class IntervalTable:
         return (f"{self.level:.0%} of the planner's leave-one-source-out errors on {self.corpus_cases} published "
                 "speedups fall within it (both sides)")
 
-    def cost_quantiles(self, drafter: str) -> tuple:
-        return self.cost_model.get(_CLASS_OF.get(drafter, ""), self.cost_model["all"])
+    def cost_quantiles(self, drafter: str, arch=None) -> tuple:
+        """(q_lo, q_hi) of the interval class of ``drafter`` on ``arch`` (``interval_class``), else of the drafter
+        class, else ``all``."""
+        for key in (interval_class(drafter, arch), _CLASS_OF.get(drafter, "")):
+            if key in self.cost_model:
+                return self.cost_model[key]
+        return self.cost_model["all"]
 
-    def interval(self, speedup: float, drafter: str, prior: bool = False) -> tuple[float, float]:
-        """The interval of a predicted ``speedup`` of ``drafter`` (``prior``: acceptance from a prior, not measured).
-        D = 0 rows (no speculation) have no uncertainty: (1, 1) times the speedup."""
-        q_lo, q_hi = self.cost_quantiles(drafter)
+    def interval(self, speedup: float, drafter: str, prior: bool = False, arch=None) -> tuple[float, float]:
+        """The interval of a predicted ``speedup`` of ``drafter`` on target ``arch`` (``prior``: acceptance from a
+        prior, not measured). D = 0 rows (no speculation) have no uncertainty: (1, 1) times the speedup."""
+        q_lo, q_hi = self.cost_quantiles(drafter, arch)
         a_lo, a_hi = self.acceptance.get(drafter, self.acceptance.get("all", (0.0, 0.0))) if prior else (0.0, 0.0)
         return speedup * math.exp(-q_hi + a_lo), speedup * math.exp(-q_lo + a_hi)
 
@@ -131,7 +151,7 @@ def speedup_interval(req, spec, speedup: float) -> tuple[float, float]:
     rather than measured on the deployment."""
     profile = req.acceptance.get(spec.kind)
     prior = bool(profile is not None and str(profile.name).startswith("prior:"))
-    return load_intervals().interval(speedup, spec.kind, prior=prior)
+    return load_intervals().interval(speedup, spec.kind, prior=prior, arch=req.model)
 
 
 def settle_command(req, draft_len: int, base=None) -> str:

@@ -28,7 +28,13 @@ and extrapolates beyond the collected grid; it never reads the parquet files its
   above ``T_full`` by the table itself, never below the fit. A kernel switch inside the decode regime of a table
   (e.g. a fused-MoE configuration change between 4 and 6 tokens) is the engine's choice for that shape, which
   published serving runs do not show (Kimi-K2.6 EAGLE-3 on 8 RTX PRO 6000: 1.32x / 1.41x at concurrency 1 / 4), so
-  it does not move the price;
+  it does not move the price. The regime lasts while the tokens still touch new experts, up to the coupon-collector
+  point ``loading_edge`` (fewer than one expert expected untouched, ~(E/k) ln E tokens): between ``T_full`` and it
+  the price follows the table's growth from one ladder point to the next, except across a kernel switch (growth
+  beyond the fit's, i.e. beyond the experts loaded, x ``SWITCH_RATIO``), where it grows as the fit does
+  (Llama-4-Scout, 16 experts top-1, SGLang on H200: 267 us at 16 tokens, 500 us at 24 and 732 us at 32 while the
+  tokens touch 10 -> 13 -> 14 experts, against a published EAGLE-3 step at batch 8 x 4 tokens that costs no more
+  than a plain decode step);
 * prefill attention (``context_attention`` / ``context_mla``: one prompt, causal, bf16 FMHA) is asked at the
   prompt's own length, the package interpolating between the lengths it collected;
 * every answer is memoised per shape and ladder point, so a plan costs at most one query per shape and ladder point;
@@ -153,6 +159,11 @@ class PerfDB:
             return hi
         return lo + (hi - lo) * (x - pts[i - 1]) / (pts[i] - pts[i - 1])
 
+    def ladder(self, key: tuple, size: int, at) -> float | None:
+        """``at(v)`` (a price at size v, None: no data) read on the size ladder -- running maximum, linear between
+        two points (module docstring) -- for prices that ``trtspec.recipes.pricing`` derives from the tables."""
+        return self._monotone(key, size, at)
+
     def switch_between(self, lo: int, hi: int) -> list:
         """Kernel / tile switches recorded on any shape between sizes ``lo`` and ``hi`` (exclusive, inclusive):
         ``[(key kind, size_lo, size_hi, ratio)]``."""
@@ -263,8 +274,33 @@ class PerfDB:
             rows = [(u, y) for u, y in rows if y is not None]
             self._fits[key] = _line(rows)
         a, b = self._fits[key]
-        fit = a + b * unique_experts(experts, topk, tokens)
-        return fit if tokens <= full else max(table, fit)
+
+        def fit(t: float) -> float:
+            return a + b * unique_experts(experts, topk, t)
+
+        if tokens <= full:
+            return fit(tokens)
+        return max(self._without_switches(key, tokens, full, loading_edge(experts, topk), at, fit), fit(tokens))
+
+    def _without_switches(self, key: tuple, tokens: int, full: int, edge: int, at, fit) -> float:
+        """The routed-expert table above ``full`` tokens walked ladder point by ladder point from its price at
+        ``full``: each step grows by the table's own ratio, except, for a step that starts below ``edge`` (still
+        loading new experts), a kernel switch -- growth beyond the fit's (the experts loaded) x ``SWITCH_RATIO`` --
+        which grows by the fit's ratio (module docstring)."""
+        pts = [full] + [v for v in LADDER if v > full]
+        price = self._monotone(key, full, at)
+        for lo, hi in zip(pts, pts[1:]):
+            t_lo, t_hi = self._monotone(key, lo, at), self._monotone(key, hi, at)
+            if price is None or t_lo is None or t_hi is None:
+                return self._monotone(key, tokens, at) or 0.0
+            ratio = t_hi / t_lo
+            if lo < edge and ratio > fit(hi) / fit(lo) * SWITCH_RATIO:
+                ratio = fit(hi) / fit(lo)
+            step = price * ratio
+            if hi >= tokens:
+                return price + (step - price) * (tokens - lo) / (hi - lo)
+            price = step
+        return price * self._monotone(key, tokens, at) / self._monotone(key, pts[-1], at)
 
     def allreduce(self, tokens: int, hidden: int, tp: int) -> float | None:
         """One all-reduce of ``tokens`` x ``hidden`` bf16 activations over ``tp`` GPUs (0 for tp = 1)."""
@@ -275,6 +311,15 @@ class PerfDB:
         key = ("ar", hidden, tp)
         return self._monotone(key, tokens, lambda v: self._eval(
             lambda: CustomAllReduce("allreduce", 1, int(hidden), int(tp)), batch=v, s=1, x=v, key=key))
+
+
+def loading_edge(experts: int, topk: int) -> int:
+    """Tokens by which top-``topk`` routing over ``experts`` is expected to have touched every expert: the
+    coupon-collector point where fewer than one expert is expected untouched, E * (1 - k/E)^T < 1, i.e.
+    T > ln(E) / -ln(1 - k/E) ~ (E/k) ln E; at least E/k."""
+    if topk >= experts:
+        return 1
+    return max(math.ceil(experts / topk), math.ceil(math.log(experts) / -math.log(1.0 - topk / experts)))
 
 
 def unique_experts(experts: int, topk: int, tokens: float) -> float:

@@ -18,8 +18,14 @@ Shapes the database does not measure, and the rule that derives them from what i
   - *split* (s = 1): every verified token is a decode request of its own, ``S = T_generation(B*T, ctx + T)`` -- the
     KV cache re-read T times (aiconfigurator-core's own ``nextn`` pricing: generation ops at batch x (nextn+1));
   - ``T_verify = P + s * (S - P)``: s is the share of the extra KV passes the engine's kernels really pay (query
-    packing that is partial, L2 reuse that the request's KV overflows). MLA: the same with G = all local heads
-    (every head reads the shared latent). At D = 0 both are the plain decode price;
+    packing that is partial, L2 reuse that the request's KV overflows). At D = 0 both are the plain decode price;
+  - *MLA, packed*: one latent KV head serves every query head, and an MLA decode kernel folds the T query tokens
+    into its query-row axis (FlashMLA: ``get_mla_metadata(cache_seqlens, s_q * h_q // h_kv, h_kv)``,
+    deepseek-ai/FlashMLA README), so the H*T rows of a request share one pass over its latent cache: P is the
+    generation-MLA table at H*T heads (``_mla_rows``), not T passes. The tables hold 1..``MLA_TABLE_HEADS`` heads
+    and grow far slower than the head count while the latent read dominates (SGLang 0.5.14 on H200, fp8 KV, one
+    request at 64k context: 164 us at 8 heads, 187 us at 128); beyond 128 rows the price goes on at the slope
+    between the two largest collected head counts. P stays between the decode price and T times it; S as above;
 * **sparse / compressed attention** (blocks with ``sparse``: DSA, MSA, DeepSeek-V4 CSA / HCA / window): a token
   reads its own selected entries, which the dense generation tables do not describe, so the attention class keeps
   its ``trtspec.recipes.variants`` price (source ``roofline``); its projections are measured GEMMs (the uniform
@@ -57,6 +63,9 @@ from trtspec.recipes.perfdb import PerfDB, PerfDBUnavailable, gemm_quant, moe_qu
 
 PRICINGS = ("perf-db", "roofline")
 ROOFLINE = "roofline"
+# aiconfigurator-core collects generation MLA at num_heads 1, 2, ..., 128 (DeepSeek's 128 heads over TP 1..64;
+# systems/data/<gpu>/mla/<engine>/<version>/generation_mla_perf.parquet): larger head counts are its extrapolation
+MLA_TABLE_HEADS = 128
 
 
 @dataclass
@@ -180,20 +189,15 @@ def _attention(p: Pricer, arch, block, prec, tp: int, batch: int, tokens: int, c
     kvq = "fp8" if prec.kv_bytes <= 1.0 else "bfloat16"
     length = context + tokens
     if block.mixer == "mla":
-        heads = max(1, arch.num_heads // tp)
-        group = heads
+        return _mla_verify(p, batch, length, max(1, arch.num_heads // tp), tokens, kvq)
+    d = arch.attn_dims(block)
+    if d.v_head_dim != d.head_dim:
+        return None  # the generation tables hold K and V of one head size: variants.py prices the layer
+    heads, kv = max(1, d.heads // tp), max(1, d.kv_heads // tp)
+    group = max(1, heads // kv)
 
-        def one(b):
-            return p.db.mla(b, length, heads, kvq)
-    else:
-        d = arch.attn_dims(block)
-        if d.v_head_dim != d.head_dim:
-            return None  # the generation tables hold K and V of one head size: variants.py prices the layer
-        heads, kv = max(1, d.heads // tp), max(1, d.kv_heads // tp)
-        group = max(1, heads // kv)
-
-        def one(b):
-            return p.db.attention(b, length, heads, kv, d.head_dim, kvq, block.window)
+    def one(b):
+        return p.db.attention(b, length, heads, kv, d.head_dim, kvq, block.window)
     base = one(batch)
     if base is None:
         return None
@@ -203,6 +207,49 @@ def _attention(p: Pricer, arch, block, prec, tp: int, batch: int, tokens: int, c
         return packed
     apart = one(batch * tokens)
     return None if apart is None else packed + split * (apart - packed)
+
+
+def _mla_verify(p: Pricer, batch: int, length: int, heads: int, tokens: int, kvq: str) -> float | None:
+    """MLA verification of ``batch`` requests x ``tokens`` query tokens over ``heads`` local heads: packed
+    P = the H*T query rows in one latent pass (``_mla_rows``), kept within [decode price, T x decode price], blended
+    towards split rows by the engine's ``verify_split`` (module docstring); None where the tables hold no kernel."""
+    base = p.db.mla(batch, length, heads, kvq)
+    if base is None or tokens == 1:
+        return base
+    rows = p.db.ladder(("mla_rows", heads, tokens, kvq, length), batch,
+                       lambda b: _mla_rows(p, b, length, heads, tokens, kvq))  # monotone in the batch
+    apart = p.db.mla(batch * tokens, length, heads, kvq)
+    if rows is None or apart is None:
+        return None
+    packed = min(max(rows, base), tokens * base)
+    return packed + p.engine.verify_split * max(0.0, apart - packed)
+
+
+def _mla_rows(p: Pricer, batch: int, length: int, heads: int, tokens: int, kvq: str) -> float | None:
+    """Generation MLA of ``batch`` requests whose ``heads * tokens`` query rows share one pass over each request's
+    latent KV cache of ``length`` tokens (module docstring). The table is read at heads, 2*heads, 4*heads, ... up to
+    ``MLA_TABLE_HEADS`` as perfdb reads its size ladders (running maximum, linear between two points: more rows
+    never cost less); beyond the last point, at the per-row slope between the two largest collected head counts.
+    None where the tables hold no such kernel."""
+    rows, top = heads * tokens, MLA_TABLE_HEADS
+    pts = [heads]
+    while pts[-1] < rows and pts[-1] * 2 <= top:
+        pts.append(pts[-1] * 2)
+    env: list = []
+    for h in pts:
+        t = p.db.mla(batch, length, h, kvq)
+        if t is None:
+            return None
+        env.append(max(t, env[-1]) if env else t)
+    if rows <= pts[-1]:
+        i = next(i for i, h in enumerate(pts) if h >= rows)
+        if pts[i] == rows:
+            return env[i]
+        return env[i - 1] + (env[i] - env[i - 1]) * (rows - pts[i - 1]) / (pts[i] - pts[i - 1])
+    hi, lo = p.db.mla(batch, length, top, kvq), p.db.mla(batch, length, top // 2, kvq)
+    if hi is None or lo is None:
+        return None
+    return env[-1] + max(0.0, (hi - lo) / (top - top // 2)) * (rows - pts[-1])
 
 
 def _prefill_attention(p: Pricer, arch, block, prec, tp: int, tokens: int) -> float | None:

@@ -14,12 +14,16 @@ priced beside every item (``Item.roofline``).
 
 On top of the LOSO predictions:
 
-* ``interval_table`` -- per drafter class, the ``INTERVAL_LEVEL`` (70th) percentile q of the speedup modes' absolute
-  LOSO log residuals |log(predicted / published)|: a predicted speedup p gets the interval ``[p / e^q, p * e^q]``;
-  a class with fewer than ``MIN_CLASS_CASES`` cases uses every class's residuals. Symmetric, because a source's
-  bias can have either sign: percentiles of the signed residuals (10th / 90th) follow the sign of the largest
-  sources and cover 74% of the cases nested at a median width of 66%, the symmetric 70th percentile 75% at 50%
-  (corpus of 2026-12-02);
+* ``interval_table`` -- per interval class (the drafter class, ``+moe`` for a target with routed experts:
+  ``trtspec.recipes.intervals.interval_class``), the ``INTERVAL_LEVEL`` (70th) percentile q of the speedup modes'
+  absolute LOSO log residuals |log(predicted / published)|: a predicted speedup p gets the interval
+  ``[p / e^q, p * e^q]``; a class with fewer than ``MIN_CLASS_CASES`` cases uses every class's residuals.
+  Symmetric, because a source's bias can have either sign: percentiles of the signed residuals (10th / 90th)
+  follow the sign of the largest sources and cover 74% of the cases nested at a median width of 66%, the
+  symmetric 70th percentile 75% at 50% (corpus of 2026-12-02). Per interval class rather than per drafter class
+  alone, because MoE targets' residuals are about twice dense targets' (``intervals.interval_class``): one
+  percentile for both made MoE intervals too narrow (10 wrong-side cases outside a straddling interval, all MoE
+  targets) and dense ones too wide;
 * ``nested_coverage`` -- how often those intervals cover the published speedup when the quantiles themselves are
   computed without the predicted case's source (the honest coverage of a case added later);
 * ``regret`` -- per published sweep over D at one batch (each tested configuration's published AL given): the
@@ -112,8 +116,11 @@ class Prediction:
 def _tags(m, setup) -> tuple:
     from trtspec.recipes.drafters import DRAFTER_CLASS
 
+    from trtspec.recipes.intervals import interval_class
+
     cls = DRAFTER_CLASS[setup.drafter.kind] if setup.draft_len else "none"
-    return (("drafter_class", DRAFTER_CLASS_NAMES.get(cls, cls)), ("drafter", m.drafter),
+    icls = interval_class(setup.drafter.kind, setup.request.model) if setup.draft_len else "none"
+    return (("drafter_class", DRAFTER_CLASS_NAMES.get(cls, cls)), ("interval_class", icls), ("drafter", m.drafter),
             ("gpu_family", GPU_FAMILY.get(m.gpu, m.gpu)), ("gpu", m.gpu), ("quant", setup.request.quant),
             ("batch_band", batch_band(m.batch)), ("model", m.model), ("tp", setup.request.tp))
 
@@ -331,16 +338,25 @@ def _quantile(values: list, q: float) -> float:
     return v[lo] + (pos - lo) * (v[hi] - v[lo])
 
 
+def interval_class(item) -> str:
+    """An item's interval class (``trtspec.recipes.intervals.interval_class``), else its drafter class."""
+    return str(item.tag("interval_class") or item.tag("drafter_class"))
+
+
 def interval_table(preds, level: float = INTERVAL_LEVEL, min_cases: int = MIN_CLASS_CASES) -> dict:
-    """Per drafter class (and ``all``): ``{"cases": n, "log_residual_q": [-q, q], "pooled": bool}`` with q the
-    ``level`` percentile of |log residual| of the speedup-mode LOSO predictions ``preds`` (module docstring)."""
+    """Per interval class (drafter class, ``+moe`` for targets with routed experts; and ``all``):
+    ``{"cases": n, "log_residual_q": [-q, q], "pooled": bool}`` with q the ``level`` percentile of |log residual|
+    of the speedup-mode LOSO predictions ``preds`` in the class (module docstring)."""
     sp = [p for p in preds if p.item.mode in SPEEDUP_MODES]
     if not sp:
         raise RecipeError("no speedup predictions: no interval can be derived")
     pooled = [abs(p.log_residual) for p in sp]
     q = _quantile(pooled, level)
     out = {"all": {"cases": len(pooled), "log_residual_q": [-q, q], "pooled": True}}
-    for cls, group in by_tag(sp, "drafter_class").items():
+    groups: dict = {}
+    for p in sp:
+        groups.setdefault(interval_class(p.item), []).append(p)
+    for cls, group in sorted(groups.items()):
         res = [abs(p.log_residual) for p in group]
         own = len(res) >= min_cases
         q = _quantile(res if own else pooled, level)
@@ -370,7 +386,7 @@ def nested_coverage(preds, level: float = INTERVAL_LEVEL, modes=SPEEDUP_MODES, s
             continue
         table = interval_table(others, level)
         for p in (x for x in sp if x.item.source == source):
-            entry = table.get(p.item.tag("drafter_class"), table["all"])
+            entry = table.get(interval_class(p.item), table.get(p.item.tag("drafter_class"), table["all"]))
             lo, hi = interval(p.predicted, entry)
             if spread is not None:
                 a_lo, a_hi = spread.get(p.item.tag("drafter"), spread["all"])["log_ratio_q"]
