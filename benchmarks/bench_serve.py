@@ -16,8 +16,8 @@ threads over the HTTP generate endpoint. Tokens/s comes from each model's
 CPU seconds its model process spent on them (``--clock cpu``: with ``--threads 1``, what one idle core
 would serve, whatever else a shared machine runs; the cost table is then measured on the same
 clock); both are kept in ``detail``. ``--control`` serves a second copy of ``none`` beside the others:
-its ratio to ``none`` per row is the noise floor of every ratio printed. AL and the mean draft length come from the model's
-``trtspec_spec_decode_*`` counters.
+its ratio to ``none`` per row is the noise floor of every ratio printed. AL and the mean draft length
+come from the model's ``trtspec_spec_decode_*`` counters.
 
 Workloads: ``uniform``: short Python code prompts (one kind of text); ``mixed``: prompts of the
 built-in SPEED-Bench sample alternating between high- and low-acceptance categories for the demo
@@ -30,7 +30,8 @@ summarization 2.10 against roleplay 1.24, qa 1.29, math 1.54).
 
 ``--json`` prints ``{"rows": [{"concurrency": C, "verify": "greedy"|"sample", "workload":
 "uniform"|"mixed", "tokens_per_s": {"none": x, "static": y, "adaptive": z}}, ...], "detail": [...],
-"meta": {...}}``. With no --bundle it serves the demo pair (``trtspec.zoo.demo_paths()``) laid out
+"meta": {...}}`` (``meta.cost_table_doc``: the cost table measured for the run). With no --bundle it
+serves the demo pair (``trtspec.zoo.demo_paths()``) laid out
 as a bundle with a fixed draft length ``--draft-len`` (default 4). Needs a tritonserver
 (``trtspec triton install-server``).
 """
@@ -181,7 +182,8 @@ def payloads(prompts: list[str], verify: str, n: int, max_tokens: int, temperatu
 
 
 def measure_cost_table(bundle: Path, out: Path, max_depth: int, clock: str) -> Path:
-    """This device's step costs of the bundle's pair (greedy and sampled), for the adaptive model."""
+    """This device's step costs of the bundle's pair (greedy and sampled), for the adaptive model: 15 timed
+    steps per cell (the median), since the controller takes the shape over depths from the table."""
     from trtspec.bench.adaptive import measure_costs
     from trtspec.runtime import load_pipeline
     from trtspec.triton.bundle import read_bundle
@@ -189,7 +191,7 @@ def measure_cost_table(bundle: Path, out: Path, max_depth: int, clock: str) -> P
     b = read_bundle(bundle)
     pipe = load_pipeline(str(b.target), None if b.draft is None else str(b.draft), drafter=b.drafter,
                          draft_len=max_depth)
-    out.write_text(json.dumps(measure_costs(pipe, max_depth, clock=clock), indent=2))
+    out.write_text(json.dumps(measure_costs(pipe, max_depth, repeats=15, clock=clock), indent=2))
     return out
 
 
@@ -286,11 +288,12 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
             raise click.BadParameter(f"{max_tokens} exceeds the bundle's limit {settings.max_tokens_limit}",
                                      param_hint="--max-tokens")
         max_depth = max([read_bundle(bundle).draft_len, *(read_bundle(bundle).draft_len_schedule or {}).values()])
-        cost_s = 0.0
+        cost_s, measured = 0.0, None
         if "adaptive" in modes and cost_table is None:
             t0 = time.perf_counter()
             cost_table = measure_cost_table(bundle, tmp / "cost_table.json", max_depth, clock)
             cost_s = time.perf_counter() - t0
+            measured = json.loads(cost_table.read_text())
         plain = replace(settings, draft_len=0)
         per_mode = {"none": plain, "control": plain, "static": settings,
                     "adaptive": replace(settings, speculation="adaptive", cost_table=cost_table)}
@@ -332,7 +335,8 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
             "temperature": temperature, "top_p": top_p, "threads": threads or "default", "clock": clock,
             "repeats": repeats, "warmup": warmup,
             "cost_table": "measured before the server started" if cost_s else str(cost_table),
-            "cost_table_s": cost_s, "wall_s": time.perf_counter() - t_start}
+            "cost_table_s": cost_s, "wall_s": time.perf_counter() - t_start,
+            "cost_table_doc": measured}
     if as_json:
         click.echo(json.dumps({"rows": rows, "detail": detail, "meta": meta}, indent=2))
         return
@@ -340,7 +344,7 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
 
 
 def _print(rows, detail, meta, modes) -> None:
-    click.echo(f"bench_serve: {meta}")
+    click.echo(f"bench_serve: { {k: v for k, v in meta.items() if k != 'cost_table_doc'} }")
     head = f"{'conc':>4} {'verify':6} {'workload':8} | " + " ".join(f"{m + ' tok/s':>15}" for m in modes)
     head += " | adaptive/best | mean D (AL) " + " ".join(f"{m:>11}" for m in modes)
     head += " | control/none" if meta.get("control") else ""
