@@ -44,8 +44,8 @@ loop's own work, contexts longer than the table's, and a machine slower or faste
 timed. When the table states its ``clock``, the engine times each step on it (admissions aside) and
 :class:`CostRatios` learns measured / table per (table section, batch band, drafting or not); one
 not measured yet borrows the nearest measured ratio. While the batch drafts, one step in
-``price_every`` (64) drafts nothing when such a step was not measured since, so that drafting is priced against not
-drafting as they cost now. Greedy steps only: a sampled step's depths decide which tokens are drawn,
+``price_every`` (64) drafts nothing when such a step was not measured since, so that drafting is
+priced against not drafting as they cost now. Greedy steps only: a sampled step's depths decide which tokens are drawn,
 so its price never depends on timing and seeded sampled outputs stay reproducible.
 
 Probes (off by default). While the batch drafts nothing its estimates cannot learn, so a
@@ -467,7 +467,7 @@ class Controller:
     def observe_cost(self, method: str, batch: int, depth: int, seconds: float,
                      tokens_per_request: float | None = None) -> None:
         """Fold in what a step of ``batch`` requests at batch depth ``depth`` really took (on the table's
-        clock, :attr:`clock`), admissions included; ``tokens_per_request``: verified tokens (default:
+        clock, :attr:`clock`; admissions aside); ``tokens_per_request``: verified tokens (default:
         the padded step's, the depth's node count)."""
         if not self.learns(method) or not seconds > 0 or batch < 1:
             return
@@ -573,6 +573,6 @@ class Controller:
 
     def _could_pay(self, method: str, caps: Sequence[int], rate0: float) -> bool:
         """Whether some depth would beat drafting nothing if every draft were accepted."""
-        B, costs = len(caps), self.cfg.costs
+        B = len(caps)
         return any(B + sum(min(M, c) for c in caps) > rate0 * self.price(method, B, self._nodes(M), M)
                    for M in range(1, max(caps) + 1))
