@@ -132,3 +132,8 @@ def test_baseline_mode_predicts_plain_decode_throughput():
     assert baseline_prediction(m) == pytest.approx(8 / s0)
     per_user = case(batch=8, metric="output_tps_per_user", baseline_tokens_per_s=125.0, spec_tokens_per_s=250.0)
     assert baseline_prediction(per_user) == pytest.approx(1 / s0)
+
+
+def test_block_drafter_layers_come_from_the_case_where_stated():
+    assert setup_case(case(drafter="dflash", draft_len=15, al=6.0)).drafter.dflash_layers == 5
+    assert setup_case(case(drafter="dflash", draft_len=15, al=6.0, draft_layers=8)).drafter.dflash_layers == 8

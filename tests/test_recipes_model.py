@@ -214,6 +214,37 @@ def test_drafter_cost_shapes():
     assert cost("ngram", 16) < 0.1 * cost("eagle3", 1) and cost("sa", 0) == 0.0  # lookup: ~15 us + 0.5 us/token
 
 
+def test_block_drafter_pass_covers_root_and_drafts_and_grows_with_batch_times_block():
+    """The dflash pass runs its layers over D + 1 tokens per request (root + D masks) and the LM head over D rows
+    (a DSpark block of D tokens drafts at all D): exactly the layers of a (D+1)-token forward plus a D-row head, and
+    its price grows with B * block, by less than the tokens do while the pass is weight-bound (between 1x and 32x
+    from B = 1 to B = 32)."""
+    from collections import Counter
+
+    from trtspec.recipes.costmodel import gemm_time
+    from trtspec.recipes.drafters import _eagle_arch
+
+    target, gpu, prec = load_architecture("llama-3.1-8b"), load_gpu("h100"), Precision.of("none")
+    spec = DrafterSpec("dflash")
+    arch = _eagle_arch(target)
+    for batch in (1, 7, 32):
+        got = spec.block_pass(target, gpu, prec, draft_len=15, batch=batch, tp=1, context=1024, step_overhead=False)
+        layers = forward_cost(arch, gpu, prec, batch=batch, tokens=16, context=1024, step_overhead=False,
+                              blocks=Counter({Block("attention", "dense"): 5}), lm_head_params=0)
+        assert got.total - got.lm_head == pytest.approx(layers.total)
+        assert got.lm_head == pytest.approx(gemm_time(arch.lm_head_params, batch * 15, gpu, prec, arch.hidden))
+    price = lambda b: spec.block_pass(target, gpu, prec, draft_len=15, batch=b, tp=1, context=1024,  # noqa: E731
+                                      step_overhead=False).total
+    assert price(1) < price(8) < price(32) < 32 * price(1)
+    flash = spec.block_pass(target, gpu, prec, draft_len=15, batch=8, tp=1, context=1024, step_overhead=False)
+    spark = DrafterSpec("dspark").block_pass(target, gpu, prec, draft_len=16, batch=8, tp=1, context=1024,
+                                             step_overhead=False)  # a DSpark block of 16 drafts at all 16
+    assert spark.total - spark.lm_head == pytest.approx(flash.total - flash.lm_head)
+    deeper = DrafterSpec("dflash", dflash_layers=8).block_pass(target, gpu, prec, draft_len=15, batch=8, tp=1,
+                                                                context=1024, step_overhead=False)
+    assert deeper.total - deeper.lm_head == pytest.approx(8 / 5 * (price(8) - deeper.lm_head))
+
+
 def test_mtp_needs_mtp_layers():
     from trtspec.recipes.api import build_request
     from trtspec.recipes.errors import RecipeError

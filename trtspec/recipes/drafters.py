@@ -6,7 +6,8 @@
   tree (top-k expansion).
 * ``mtp`` -- the target's own MTP layer (one full decoder layer of the target, MoE included, + ``eh_proj`` 2h x h +
   the shared LM head), reused serially D times (TensorRT-LLM's "MTP layers in autoregressive style").
-* ``dflash`` -- a ~5-layer block-diffusion draft of the target's width: one parallel pass over the D-token block.
+* ``dflash`` -- a ~5-layer block-diffusion draft of the target's width: one parallel pass over a block of the last
+  committed token + D masked positions, the target's LM head over the D drafts (``DrafterSpec.block_pass``).
 * ``dspark`` -- the dflash pass plus a light serial Markov head (2h x h + an LM head over the draft vocabulary)
   applied D times.
 * ``ngram`` / ``sa`` -- no model: n-gram / suffix-automaton lookup, a small fixed cost (15 us + 0.5 us per draft
@@ -28,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from trtspec.recipes.arch import Architecture, Block
-from trtspec.recipes.costmodel import Precision, StepCost, forward_cost, weight_bytes
+from trtspec.recipes.costmodel import Precision, StepCost, forward_cost, gemm_time, weight_bytes
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
 
@@ -113,15 +114,35 @@ class DrafterSpec:
             one = forward_cost(target, gpu, prec, tokens=width, blocks=layer, **kw)
             one.linear += _gemm(h, 2 * h, batch * width, gpu, prec, tp, pricer, h)
             return cost.add(one.add(fixed), draft_len)
-        # dflash / dspark: one parallel pass over the block of draft_len tokens
-        layers = Counter({Block("attention", "dense"): self.dflash_layers})
-        cost.add(forward_cost(_eagle_arch(target), gpu, prec, tokens=draft_len, blocks=layers, **kw))
+        # dflash / dspark: one parallel pass over the block (see block_pass)
+        cost.add(self.block_pass(target, gpu, prec, draft_len=draft_len, **kw))
         cost.add(fixed)
         if self.kind == "dspark":
             head = StepCost(overhead=gpu.layer_overhead).add(fixed)
             head.linear += _gemm(h, 2 * h, batch, gpu, prec, tp, pricer, h)
             head.lm_head += _gemm(self.draft_vocab, h, batch, gpu, prec, tp, pricer, h)
             cost.add(head, draft_len)
+        return cost
+
+    def block_pass(self, target: Architecture, gpu: GPU, prec: Precision, *, draft_len: int, batch: int,
+                   **kw) -> StepCost:
+        """The parallel drafter's one draft forward: its ``dflash_layers`` layers over one block per request against
+        the request's context, and the target's LM head over the ``draft_len`` drafted positions only. A DFlash
+        block carries the root token as well as the drafts, ``draft_len + 1`` tokens (the last committed token at
+        position 0, then ``draft_len`` masked positions): SGLang's DFlash worker runs the draft over
+        ``speculative_num_draft_tokens`` = D + 1 positions per request and reads logits from positions 1..D
+        (``python/sglang/srt/speculative/dflash_worker.py``), as ``trtspec.runtime.block_head`` does; a DSpark block
+        of ``draft_len`` tokens drafts at every position (``block_head.block_drafts``). ``kw``: the
+        ``forward_cost`` options (``tp``, ``context``, ``pricer``, ...)."""
+        arch = _eagle_arch(target)
+        layers = Counter({Block("attention", "dense"): self.dflash_layers})
+        block = draft_len + 1 if self.kind == "dflash" else draft_len
+        cost = forward_cost(arch, gpu, prec, tokens=block, batch=batch, blocks=layers, lm_head_params=0, **kw)
+        pricer, tp = kw.get("pricer"), kw.get("tp", 1)
+        head, rows = arch.lm_head_params, batch * draft_len
+        measured = pricer.lm_head(head, arch.hidden, tp, rows) if pricer is not None else None
+        cost.lm_head += measured if measured is not None else gemm_time(head / tp, rows, gpu, prec, arch.hidden)
+        cost.sources["lm_head"] = pricer.label if measured is not None else "roofline"
         return cost
 
     def _layers(self, target: Architecture):
@@ -203,8 +224,6 @@ def _fixed_cost(pricer) -> StepCost:
 def _gemm(n, k, m, gpu, prec, tp, pricer, hidden) -> float:
     """One n x k weight GEMM (split n/tp) on m rows of width ~``hidden``: measured where the pricer has it, else
     the roofline."""
-    from trtspec.recipes.costmodel import gemm_time
-
     measured = pricer.gemm(n / tp, k, m, prec) if pricer is not None else None
     return measured if measured is not None else gemm_time(n * k / tp, m, gpu, prec, hidden)
 

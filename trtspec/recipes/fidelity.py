@@ -156,7 +156,9 @@ def _drafter(m, arch):
         if not m.draft_model:
             raise RecipeError("draft_model case without a named draft")
         return DrafterSpec("draft_model", draft_arch=architecture_for(m.draft_model))
-    if m.drafter in ("mtp", "dflash", "dspark", "ngram", "sa"):
+    if m.drafter in ("dflash", "dspark"):
+        return DrafterSpec(m.drafter, dflash_layers=m.draft_layers) if m.draft_layers else DrafterSpec(m.drafter)
+    if m.drafter in ("mtp", "ngram", "sa"):
         if m.drafter == "mtp" and arch.mtp_layers == 0:
             return DrafterSpec("eagle3")  # an MTP head checkpoint outside the config: one target-width layer
         return DrafterSpec(m.drafter)

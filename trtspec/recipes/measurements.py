@@ -82,6 +82,8 @@ class Measurement(BaseModel):
     to (e.g. ``fp4:attn=fp8``), the notes saying where the formats are stated. ``sweep`` is shared by the cases of
     one published sweep (over D or over batch) and never spans two sources. ``best_of_tested``: the source calls
     this D the best of the draft lengths it tried at this batch (the others need not be published).
+    ``draft_layers``: the decoder layers of a block drafter's draft (``dflash`` / ``dspark``) where the source
+    states them (the planner's default is 5).
 
     How the figure was served (``trtspec.recipes.serving`` prices these; ``None``: not stated):
     ``includes_prefill`` -- the published figure is over a run in which every request's prefill also ran on the same
@@ -112,6 +114,7 @@ class Measurement(BaseModel):
     engine_version: Optional[str] = None
     drafter: Literal[DRAFTERS]
     draft_model: Optional[str] = None
+    draft_layers: Optional[int] = Field(default=None, ge=1)
     batch: int = Field(ge=1)
     batch_kind: Literal["batch", "concurrency"]
     isl: Optional[int] = Field(default=None, ge=1)
