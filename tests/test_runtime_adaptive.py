@@ -74,7 +74,7 @@ def test_adaptive_seeded_samples_are_the_same_at_any_batch_placement(dirs, verif
     params = lambda i: SamplingParams(max_new_tokens=12 + 2 * i, temperature=0.9, top_k=40, seed=1000 + i)  # noqa: E731
     first, eng = run(pipe, range(5), 5, params)
     assert sum(c > 0 for c in eng.stats.draft_len_counts) >= 2
-    assert (eng.controller.clock is not None) == bool(clock) and not (clock and eng.controller.ratios.running)
+    assert (eng.controller.clock is not None) == bool(clock) and not (clock and eng.controller.served.running)
     for order in itertools.islice(itertools.permutations(range(5)), 1, 60, 13):   # other rows, other batch order
         assert run(pipe, order, 5, params)[0] == first, order
     assert run(pipe, range(5), 6, params)[0] == first                             # a larger cache, spare rows
@@ -82,15 +82,15 @@ def test_adaptive_seeded_samples_are_the_same_at_any_batch_placement(dirs, verif
 
 def test_greedy_steps_are_repriced_from_the_engines_own_step_times(dirs):
     """A table stamped with its clock: the engine times its greedy steps on it and the controller
-    learns their ratio to the table (synthetic seconds: the ratio is far below 1); outputs stay the target's."""
+    learns their ratio to the table (synthetic seconds: far below 1); outputs stay the target's."""
     pipe = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive",
                          adaptive=lively(clock="wall"))
     params = lambda i: SamplingParams(max_new_tokens=20)  # noqa: E731
     got, eng = run(pipe, range(4), 4, params)
     assert got == run(pipe.without_speculation(), range(4), 4, params)[0]
-    ratios = eng.controller.ratios
-    assert ratios.running and all(0 < r < 0.01 for r in ratios.running.values())
-    assert ('greedy', 3, False) in ratios.running   # a step of 3 requests drafting nothing was measured
+    served = eng.controller.served
+    assert 0 < served.running[("greedy", 3, "ratio")] < 0.01   # 4 requests drafting nothing were measured
+    assert abs(served.running.get(("greedy", 3, "excess"), 0.0)) < 0.1   # in seconds; the table's are >= 10
 
 
 def test_drafting_priced_out_drafts_nothing(dirs):

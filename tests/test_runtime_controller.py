@@ -347,32 +347,33 @@ def test_measured_steps_correct_a_table_that_underprices_drafting():
             table_s = ctl.cfg.costs.seconds("greedy", 8, c.depth + 1, c.depth)
             ctl.observe_cost("greedy", 8, c.depth, table_s * (2.0 if c.depth else 1.0))
         assert max(seen[:10]) > 0 and (min(seen[-100:]) > 0) == drafts, seen[-100:]   # drafts first, then learns
-        assert (ctl.ratios is None) == (learn == 0)
+        assert (ctl.served is None) == (learn == 0)
         if learn:   # a step drafting nothing was measured once per price_every steps while drafting
-            drafting = [r for (_, _, d), r in ctl.ratios.published.items() if d > 0]
-            assert ctl.ratios.factor("greedy", 8, 0) == pytest.approx(1.0) and max(drafting) > 1.7
+            served, table3 = ctl.served, ctl.cfg.costs.seconds("greedy", 8, 4, 3)
+            assert served.published[("greedy", 4, "ratio")] == pytest.approx(1.0)
+            assert served.price("greedy", 8, 3, table3) > 1.7 * table3
 
 
-def test_cost_ratios_borrow_the_nearest_measured_kind_and_ignore_unclocked_tables():
-    from trtspec.runtime.controller import CostRatios
+def test_served_costs_are_a_ratio_plus_a_drafting_excess_and_ignore_unclocked_tables():
+    from trtspec.runtime.controller import ServedCosts
 
-    r = CostRatios(0.1)
-    assert r.factor("greedy", 8, 3) == 1.0                           # nothing measured: the table
-    r.observe("greedy", 8, 0, 1.5)                                   # the first measurement sets the scale
-    assert r.factor("greedy", 8, 0) == 1.5 and r.factor("greedy", 8, 3) == 1.5   # drafting borrows it
-    r.observe("greedy", 8, 2, 1.0)                                   # starts from what it borrowed (1.5)
-    assert r.factor("greedy", 8, 2) == pytest.approx(1.25)
-    assert r.factor("greedy", 8, 4) == r.factor("greedy", 12, 1) == r.factor("greedy", 8, 2)   # one ratio per kind
-    assert r.factor("sample", 8, 1) == 1.0                           # another table section learns its own
-    r.observe("greedy", 1, 0, 0.8)                                   # starts from what it borrowed (1.5)
-    assert r.factor("greedy", 1, 3) == pytest.approx((1.5 + 0.8) / 2)   # the same band before another band
-    assert r.age("greedy", 1, 0, 10) == 10 and r.age("greedy", 1, 2, 10) == math.inf
-    before = r.factor("greedy", 8, 2)
+    c = ServedCosts(0.1)
+    assert c.price("greedy", 8, 3, 10.0) == 10.0                     # nothing measured: the table
+    c.observe("greedy", 8, 0, 15.0, 10.0)                            # the first measurement sets the ratio
+    assert c.price("greedy", 8, 0, 4.0) == 6.0 and c.price("greedy", 8, 3, 20.0) == 30.0   # no excess yet
+    c.observe("greedy", 8, 2, 35.0, 20.0)                            # 5 s beside ratio x table: half of it (mean)
+    assert c.price("greedy", 8, 2, 20.0) == pytest.approx(32.5)
+    assert c.price("greedy", 12, 4, 30.0) == pytest.approx(47.5)     # the same excess at every depth of the band
+    assert c.price("greedy", 8, 0, 20.0) == pytest.approx(30.0)      # drafting nothing pays no excess
+    assert c.price("sample", 8, 1, 10.0) == 10.0                     # another table section learns its own
+    assert c.price("greedy", 1, 1, 2.0) == pytest.approx(3.0 + 2.5)  # another band borrows the nearest
+    assert c.age("greedy", 8, 0, 10) == 10 and c.age("greedy", 1, 2, 10) == math.inf
+    before = c.price("greedy", 8, 0, 10.0)
     for _ in range(3):
-        r.observe("greedy", 8, 2, 100.0)                             # an outlier step moves it at most x2 per step
-    assert before < r.factor("greedy", 8, 2) < before * 2 ** 3
+        c.observe("greedy", 8, 0, 1e6, 10.0)                         # an outlier step moves it at most x2 per step
+    assert before < c.price("greedy", 8, 0, 10.0) < before * 2 ** 3
     plain = Controller(AdaptiveConfig(StepCosts(table({1: {1: 1.0, 2: 2.0}}, {1: 0.1})), learn=0.1), 1)
-    assert plain.ratios is None and plain.clock is None              # a table without its clock is not learned
+    assert plain.served is None and plain.clock is None              # a table without its clock is not learned
     with pytest.raises(CostTableError, match="field 'clock'"):
         StepCosts({**table({1: {1: 1.0}}, {1: 0.1}), "clock": "gpu"})
     with pytest.raises(ValueError, match="learn"):

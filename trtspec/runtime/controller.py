@@ -42,11 +42,13 @@ most steps there -- and step prices are memoized per shape.
 Prices as served. The table times bare steps; a served step also pays a drafter's catch-up, the
 loop's own work, contexts longer than the table's, and a machine slower or faster than when it was
 timed. When the table states its ``clock``, the engine times each step on it (admissions aside) and
-:class:`CostRatios` learns measured / table per (table section, batch band, drafting or not); one
-not measured yet borrows the nearest measured ratio. While the batch drafts, one step in
+:class:`ServedCosts` learns, per (table section, batch band), the ratio of measured to table
+seconds over steps drafting nothing and the fixed excess a drafting step pays beside that; a band
+not measured yet borrows the nearest measured one. While the batch drafts, one step in
 ``price_every`` (64) drafts nothing when such a step was not measured since, so that drafting is
-priced against not drafting as they cost now. Greedy steps only: a sampled step's depths decide which tokens are drawn,
-so its price never depends on timing and seeded sampled outputs stay reproducible.
+priced against not drafting as they cost now. Greedy steps only: a sampled step's depths decide
+which tokens are drawn, so its price never depends on timing and seeded sampled outputs stay
+reproducible.
 
 Probes (off by default). While the batch drafts nothing its estimates cannot learn, so a
 pessimistic prior can keep speculation off; with ``probe_every`` = n, after n steps of drafting
@@ -164,69 +166,86 @@ class StepCosts:
         return got
 
 
-class CostRatios:
-    """What steps cost as served over what the table says: an EMA of measured / table seconds on the
-    table's own clock, one ratio per (table section, batch band, drafting or not). The table times
-    bare steps; a served step also pays a drafter's catch-up after steps that drafted nothing, the
-    loop's own work, contexts longer than the table's, and a machine busier than when it was timed
-    -- and a drafting step pays more of it than one drafting nothing (demo pair, one CPU core: a D=1
-    step costs 1.8x a D=0 step where the table says 1.4x). Within drafting steps the table's shape
-    over depths is kept: one ratio learned from every drafting step is far less noisy than one per
-    depth, which lets timing noise pick the depth.
+class ServedCosts:
+    """What steps cost as served against what the table says, learned from the engine's own steps
+    on the table's clock, per (table section, batch band 1 | 2-3 | 4-7 | 8-15 | ...):
 
-    Unmeasured, a key borrows the nearest measured one (same band first, then the other kind), so
-    it is priced like what was measured rather than at the bare table; measuring it then starts
-    from the borrowed ratio counted as one step (a running mean until the EMA weight takes over).
-    The section's first measurement sets its scale outright. Admissions are not in the steps timed:
-    they cost the same per request whatever the depth. One step moves a ratio by at most a factor 2
-    before weighting (an outlier step, not a new level). Published ratios follow the running ones
-    only when these drift by more than ``PUBLISH``, so a stationary batch keeps reusing its evaluation.
+        served(M) = ratio * table(M) + (excess if M > 0 else 0)
+
+    ``ratio`` (an EMA of measured / table over steps drafting nothing) is how fast the machine runs
+    now against when the table was timed (contexts longer than the table's count here too);
+    ``excess`` (an EMA of measured - ratio * table over drafting steps) is what a served drafting
+    step pays beside the table at any depth: the drafter's catch-up after a step that drafted
+    nothing, the proposal's own bookkeeping. On the demo pair on one CPU core the excess is about
+    2 ms at every depth from 1 to 4 (a D=1 step costs 1.8x a D=0 step where the table says 1.4x):
+    a fixed cost per drafting step, which one ratio per depth or per kind would spread in proportion
+    to the table and so tilt the choice toward short drafts.
+
+    A band not measured borrows the nearest measured one. The section's first step sets its ratio
+    outright; afterwards one step moves a price by at most a factor 2 before weighting (an outlier,
+    not a new level), a running mean until the EMA weight takes over. Admissions are not in the
+    steps timed: they cost the same per request whatever the depth. Published values follow the
+    running ones only when these move a price by more than ``PUBLISH``, so a stationary batch keeps
+    reusing its evaluation.
     """
 
     PUBLISH = 0.02
 
     def __init__(self, weight: float):
         self.weight = weight
-        self.running: dict[tuple, float] = {}
+        self.running: dict[tuple, float] = {}     # (section, band, "ratio" | "excess") -> value
         self.counts: dict[tuple, int] = {}
-        self.last: dict[tuple, int] = {}       # the controller's step of the latest measurement
+        self.last: dict[tuple, int] = {}          # the controller's step of the latest measurement
         self.published: dict[tuple, float] = {}
         self.version = 0
 
     @staticmethod
-    def key(section: str, batch: int, depth: int) -> tuple[str, int, bool]:
-        """(section, batch band 1 | 2-3 | 4-7 | 8-15 | ..., whether the step drafts)."""
-        return section, int(batch).bit_length(), depth > 0
+    def band(batch: int) -> int:
+        return int(batch).bit_length()
 
-    def observe(self, section: str, batch: int, depth: int, ratio: float, step: int = 0) -> None:
-        key = self.key(section, batch, depth)
-        self.last[key] = step
-        old, n = self.running.get(key), self.counts.get(key, 0)
+    def _get(self, section: str, band: int, kind: str, default: float) -> float:
+        got = self.published.get((section, band, kind))
+        if got is not None:
+            return got
+        near = [(abs(b - band), v) for (s, b, k), v in self.published.items() if s == section and k == kind]
+        return min(near)[1] if near else default
+
+    def price(self, section: str, batch: int, depth: int, table: float) -> float:
+        band = self.band(batch)
+        served = self._get(section, band, "ratio", 1.0) * table
+        return served + self._get(section, band, "excess", 0.0) if depth > 0 else served
+
+    def observe(self, section: str, batch: int, depth: int, seconds: float, table: float, step: int = 0) -> None:
+        """A step of ``batch`` requests at depth ``depth`` took ``seconds`` where the table says ``table``."""
+        band = self.band(batch)
+        kind = "excess" if depth > 0 else "ratio"
+        self.last[(section, band, kind)] = step
         if not any(k[0] == section for k in self.running):   # the first measurement sets the scale
-            new = ratio
+            self._set((section, band, "ratio"), seconds / table, 0.0)
+            return
+        expected = self.price(section, batch, depth, table)
+        seconds = min(max(seconds, expected / 2), expected * 2)
+        ratio = self._get(section, band, "ratio", 1.0)
+        key = (section, band, kind)
+        old = self.running.get(key, ratio if kind == "ratio" else self._get(section, band, "excess", 0.0))
+        w = max(self.weight, 1.0 / (self.counts.get(key, 0) + 2))   # a running mean (the start counting once)
+        if kind == "ratio":
+            self._set(key, old + w * (seconds / table - old), self.PUBLISH * ratio)
         else:
-            if old is None:   # start from what it was priced at
-                old = self.factor(section, batch, depth)
-            w = max(self.weight, 1.0 / (n + 2))   # a running mean (the start counting once) until the EMA takes over
-            new = old + w * (min(max(ratio, old / 2), old * 2) - old)
-        self.running[key], self.counts[key] = new, n + 1
+            self._set(key, old + w * (seconds - ratio * table - old), self.PUBLISH * expected)
+
+    def _set(self, key: tuple, value: float, tolerance: float) -> None:
+        """Set a running value; publish it when it moved by more than ``tolerance`` since last published."""
+        self.running[key], self.counts[key] = value, self.counts.get(key, 0) + 1
         pub = self.published.get(key)
-        if pub is None or abs(new / pub - 1.0) > self.PUBLISH:
-            self.published[key] = new
+        if pub is None or abs(value - pub) > tolerance:
+            self.published[key] = value
             self.version += 1
 
     def age(self, section: str, batch: int, depth: int, step: int) -> float:
-        """Steps since a step like this one was last measured (inf: never)."""
-        last = self.last.get(self.key(section, batch, depth))
+        """Steps since a step of this band and kind (drafting or not) was last measured (inf: never)."""
+        last = self.last.get((section, self.band(batch), "excess" if depth > 0 else "ratio"))
         return math.inf if last is None else step - last
-
-    def factor(self, section: str, batch: int, depth: int) -> float:
-        _, band, drafts = key = self.key(section, batch, depth)
-        got = self.published.get(key)
-        if got is not None:
-            return got
-        near = [(abs(b - band), d != drafts, r) for (s, b, d), r in self.published.items() if s == section]
-        return min(near)[2] if near else 1.0
 
 
 @dataclass(frozen=True)
@@ -241,7 +260,7 @@ class AdaptiveConfig:
     relative gain a new depth must promise (default 0.02); ``min_dwell``: steps between depth
     changes (default 4); ``probe_every``: steps of drafting nothing before a one-token probe
     (default 0: never); ``pool``: weight of one request-step in the pooled estimate that seeds
-    newcomers (default 0.02); ``learn``: weight of one step in the measured-over-table cost ratios
+    newcomers (default 0.02); ``learn``: weight of one step in the served step prices (:class:`ServedCosts`)
     (default 0.1; 0 prices from the table alone; only tables that state their ``clock`` are learned);
     ``price_every``: while the batch drafts and costs are learned, one step in this many drafts
     nothing if a step drafting nothing was not measured since (default 64; 0: never).
@@ -367,8 +386,8 @@ class Controller:
         self.steps = 0
         self._version = 0                      # bumped whenever an estimate or a pool changes
         costs = cfg.costs
-        self.ratios = CostRatios(cfg.learn) if cfg.learn > 0 and costs.clock is not None else None
-        self.clock = costs.clock if self.ratios is not None else None   # what the engine times its steps on
+        self.served = ServedCosts(cfg.learn) if cfg.learn > 0 and costs.clock is not None else None
+        self.clock = costs.clock if self.served is not None else None   # what the engine times its steps on
         self.reused = 0                        # choices that reused the last evaluation
         self._last: tuple | None = None        # (key, per-depth results) of the last choice: reused while
         #                                        the batch, its caps, the method and every estimate are unchanged
@@ -452,17 +471,17 @@ class Controller:
 
     # -- step prices -------------------------------------------------------------------------
     def price(self, method: str, batch: int, tokens_per_request: float, depth: int) -> float:
-        """Seconds of a step: the table's, times the measured ratio (:class:`CostRatios`) when learned."""
+        """Seconds of a step: the table's, or what such a step costs as served (:class:`ServedCosts`) when learned."""
         table = self.cfg.costs.seconds(method, batch, tokens_per_request, depth)
         if not self.learns(method):
             return table
-        return table * self.ratios.factor(METHOD_TABLES[method], batch, depth)
+        return self.served.price(METHOD_TABLES[method], batch, depth, table)
 
     def learns(self, method: str) -> bool:
         """Whether steps verified by ``method`` are priced from measured steps: greedy ones only, when the
         table states its clock. A sampled step's depths decide which tokens rejection sampling draws, so
         they must not depend on timing: seeded sampled outputs stay reproducible."""
-        return self.ratios is not None and method == "greedy"
+        return self.served is not None and method == "greedy"
 
     def observe_cost(self, method: str, batch: int, depth: int, seconds: float,
                      tokens_per_request: float | None = None) -> None:
@@ -473,7 +492,7 @@ class Controller:
             return
         tokens = self._nodes(depth) if tokens_per_request is None else tokens_per_request
         table = self.cfg.costs.seconds(method, batch, tokens, depth)
-        self.ratios.observe(METHOD_TABLES[method], batch, depth, seconds / table, self.steps)
+        self.served.observe(METHOD_TABLES[method], batch, depth, seconds, table, self.steps)
 
     # -- the choice --------------------------------------------------------------------------
     def _nodes(self, depth: int) -> int:
@@ -523,7 +542,7 @@ class Controller:
         ids = [request_ids[i] for i in perm]
         caps_p = [caps[i] for i in perm]
         top = max(caps_p, default=0)
-        key = (method, tuple(ids), tuple(caps_p), self._version, self.ratios.version if self.learns(method) else 0)
+        key = (method, tuple(ids), tuple(caps_p), self._version, self.served.version if self.learns(method) else 0)
         if self._last is not None and self._last[0] == key:   # nothing the choice depends on has changed
             found = self._last[1]
             self.reused += 1
@@ -569,7 +588,7 @@ class Controller:
         every = self.cfg.price_every
         if not every or not self.learns(method):
             return False
-        return self.ratios.age(METHOD_TABLES[method], batch, 0, self.steps) >= every
+        return self.served.age(METHOD_TABLES[method], batch, 0, self.steps) >= every
 
     def _could_pay(self, method: str, caps: Sequence[int], rate0: float) -> bool:
         """Whether some depth would beat drafting nothing if every draft were accepted."""
