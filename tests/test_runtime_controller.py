@@ -366,7 +366,7 @@ def test_served_costs_are_a_ratio_plus_a_drafting_excess_and_ignore_unclocked_ta
     assert c.price("greedy", 12, 4, 30.0) == pytest.approx(47.5)     # the same excess at every depth of the band
     assert c.price("greedy", 8, 0, 20.0) == pytest.approx(30.0)      # drafting nothing pays no excess
     assert c.price("sample", 8, 1, 10.0) == 10.0                     # another table section learns its own
-    assert c.price("greedy", 1, 1, 2.0) == pytest.approx(3.0 + 2.5)  # another band borrows the nearest
+    assert c.price("greedy", 1, 1, 2.0) == pytest.approx(3.0)        # another band borrows the ratio, not the excess
     assert c.age("greedy", 8, 0, 10) == 10 and c.age("greedy", 1, 2, 10) == math.inf
     before = c.price("greedy", 8, 0, 10.0)
     for _ in range(3):

@@ -181,7 +181,10 @@ class ServedCosts:
     a fixed cost per drafting step, which one ratio per depth or per kind would spread in proportion
     to the table and so tilt the choice toward short drafts.
 
-    A band not measured borrows the nearest measured one. The section's first step sets its ratio
+    A band whose steps drafting nothing were not measured borrows the nearest measured ratio (how
+    fast the machine runs now holds for every batch); its excess starts at 0 -- a batch's drafting
+    overhead grows with it, so another band's would not transfer, and the table's own view gets the
+    drafting tried and measured. The section's first step sets its ratio
     outright; afterwards one step moves a price by at most a factor 2 before weighting (an outlier,
     not a new level), a running mean until the EMA weight takes over. Admissions are not in the
     steps timed: they cost the same per request whatever the depth. Published values follow the
@@ -205,8 +208,8 @@ class ServedCosts:
 
     def _get(self, section: str, band: int, kind: str, default: float) -> float:
         got = self.published.get((section, band, kind))
-        if got is not None:
-            return got
+        if got is not None or kind == "excess":   # an excess is a band's own (it grows with the batch)
+            return default if got is None else got
         near = [(abs(b - band), v) for (s, b, k), v in self.published.items() if s == section and k == kind]
         return min(near)[1] if near else default
 
