@@ -32,15 +32,15 @@ def random_table(rng, batches=(1, 2, 4, 8), tokens=range(1, 10)):
     return table(target, {b: rng.uniform(0.3, 4.0) * (1 + 0.1 * b) for b in batches})
 
 
-def rate_of(costs, gains, depths, packed, branching=1):
-    """Brute-force objective: sum of E_i(d_i) over the step's cost."""
+def rate_of(costs, gains, depths, packed, branching=1, margin=0.0):
+    """Brute-force objective: sum of E_i(d_i) over the step's cost (drafting anything: over 1 + ``margin``)."""
     from trtspec.runtime.params import tree_size
 
     B = len(depths)
     tokens = B + math.fsum(sum(g[:d]) for g, d in zip(gains, depths))
     M = max(depths)
     per = sum(tree_size(branching, d) for d in depths) / B if packed else tree_size(branching, M)
-    return tokens / costs.seconds("greedy", B, per, M)
+    return tokens / costs.seconds("greedy", B, per, M) / (1.0 + margin if M else 1.0)
 
 
 def controller_with(rng, costs, batch, max_depth, hysteresis=0.0):
@@ -62,13 +62,29 @@ def test_choice_equals_brute_force_argmax(packed):
         caps = [rng.choice((0, 1, D, D, D)) for _ in range(B)]
         gains = [ctl.gains(r) for r in ids]
         choice = ctl.choose(ids, caps)
-        best = max(rate_of(costs, gains, list(d), packed) for d in itertools.product(*(range(c + 1) for c in caps)))
-        got = rate_of(costs, gains, choice.depths, packed)
+        margin = ctl.cfg.draft_margin   # the stated rule: drafting must beat drafting nothing by it
+        best = max(rate_of(costs, gains, list(d), packed, margin=margin)
+                   for d in itertools.product(*(range(c + 1) for c in caps)))
+        got = rate_of(costs, gains, choice.depths, packed, margin=margin)
         assert got == pytest.approx(best, rel=1e-12), (trial, caps, choice.depths)
         assert all(0 <= d <= c for d, c in zip(choice.depths, caps))
         checked += 1
         zero += max(choice.depths) == 0
     assert checked == 120 and 0 < zero < 120   # drafting nothing is chosen where it wins, not always
+
+
+def test_a_near_tie_with_drafting_nothing_goes_to_drafting_nothing():
+    """Drafting one token promises 3% more tokens/s than drafting nothing: inside the 5% margin, the
+    controller drafts nothing; with no margin it drafts; at 8% it drafts either way."""
+    for gain, margin, drafts in ((1.03, 0.05, False), (1.03, 0.0, True), (1.08, 0.05, True)):
+        a = 1.25 * gain - 1.0   # rate(1) / rate(0) = (1 + a) / 1.25 on a table where D = 1 costs 1.25x D = 0
+        costs = StepCosts(table({1: {1: 1.0, 2: 1.0}}, {1: 0.25}))
+        ctl = Controller(AdaptiveConfig(costs, prior=(a,), draft_margin=margin), 1)
+        choice = ctl.choose(["r"], [1])
+        assert choice.rates[1] / choice.rates[0] == pytest.approx(gain)
+        assert (choice.depth == 1) == drafts, (gain, margin)
+    with pytest.raises(ValueError, match="draft_margin"):
+        AdaptiveConfig(costs, draft_margin=1.0)
 
 
 def test_tree_node_budget_priced_by_tree_size():
@@ -79,7 +95,7 @@ def test_tree_node_budget_priced_by_tree_size():
     ids = ["a", "b"]
     gains = [ctl.gains(r) for r in ids]
     choice = ctl.choose(ids, [3, 3])
-    best = max(range(4), key=lambda M: rate_of(costs, gains, [M, M], False, branching=2))
+    best = max(range(4), key=lambda M: rate_of(costs, gains, [M, M], False, branching=2, margin=ctl.cfg.draft_margin))
     assert choice.depth == best and choice.depths == [best, best]
 
 
