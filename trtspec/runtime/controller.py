@@ -28,6 +28,13 @@ current M's, re-evaluated on the same estimates, by more than ``hysteresis`` (de
 least ``min_dwell`` steps (default 4) after the last change. On a stationary stream the EMAs settle
 and the choice stops moving; a loss of at most ``hysteresis`` is the price.
 
+Drafting margin (stated): a depth M > 0 is chosen over drafting nothing only when its predicted rate
+beats drafting nothing by more than ``draft_margin`` (default 5%). What a step's price leaves out
+falls on drafting alone -- a drafter's catch-up on every token it missed when the batch starts
+drafting again, the draft model's share of each admission, prices learned from a handful of steps --
+so a near tie goes to drafting nothing (on the demo pair on one CPU core at B = 16, a D = 1 step priced
+4% behind drafting nothing served 12% fewer tokens/s end to end).
+
 Seeds. A request joining the batch starts from the engine's pooled estimate: per-position rates
 over every request's recent steps (weight ``pool`` per request-step, folded in once per step from
 exact counts), itself seeded by the prior; so a uniform workload's newcomers start where their
@@ -41,14 +48,16 @@ most steps there -- and step prices are memoized per shape.
 
 Prices as served. The table times bare steps; a served step also pays a drafter's catch-up, the
 loop's own work, contexts longer than the table's, and a machine slower or faster than when it was
-timed. When the table states its ``clock``, the engine times each step on it (admissions aside) and
-:class:`ServedCosts` learns, per (table section, batch band), the ratio of measured to table
-seconds over steps drafting nothing and the fixed excess a drafting step pays beside that; a band
-not measured yet borrows the nearest measured one. While the batch drafts, one step in
-``price_every`` (64) drafts nothing when such a step was not measured since, so that drafting is
-priced against not drafting as they cost now. Greedy steps only: a sampled step's depths decide
-which tokens are drawn, so its price never depends on timing and seeded sampled outputs stay
-reproducible.
+timed. When the table states its ``clock``, the engine times each step on it in two parts, the
+drafter's proposal and the rest (admissions aside), and :class:`ServedCosts` learns, per (table
+section, batch band), the ratio of the rest to the table's verification seconds over every step and,
+per depth, what a served step pays beside ``ratio`` times the table; a depth not measured yet takes
+the nearest measured depth's, a band not measured yet the nearest band's ratio. While the batch
+drafts, one step in ``explore_every`` (16) serves the depth measured longest ago instead of the
+chosen one, so that every depth is priced as it is served now, not only the chosen one (on the demo
+pair on one CPU core at B = 1 the table prefers D = 4 where D = 2 serves 5% more tokens/s).
+Greedy steps only: a sampled step's depths decide which tokens are drawn, so its price never
+depends on timing and seeded sampled outputs stay reproducible.
 
 Probes (off by default). While the batch drafts nothing its estimates cannot learn, so a
 pessimistic prior can keep speculation off; with ``probe_every`` = n, after n steps of drafting
@@ -158,47 +167,55 @@ class StepCosts:
         key = (method, batch, tokens_per_request, depth)
         got = self._memo.get(key)
         if got is None:
-            target, draft = self.tables[METHOD_TABLES[method]]
-            got = target(batch, tokens_per_request) + (depth * draft(batch, 1) if depth else 0.0)
+            got = sum(self.parts(method, batch, tokens_per_request, depth))
             if len(self._memo) >= 65536:   # packed steps price fractional token counts: keep it bounded
                 self._memo.clear()
             self._memo[key] = got
         return got
 
+    def parts(self, method: str, batch: int, tokens_per_request: float, depth: int) -> tuple[float, float]:
+        """(verification seconds, draft seconds) of the step :meth:`seconds` prices."""
+        target, draft = self.tables[METHOD_TABLES[method]]
+        return target(batch, tokens_per_request), (depth * draft(batch, 1) if depth else 0.0)
+
 
 class ServedCosts:
     """What steps cost as served against what the table says, learned from the engine's own steps
-    on the table's clock, per (table section, batch band 1 | 2-3 | 4-7 | 8-15 | ...):
+    on the table's clock, per (table section, batch band 1 | 2-3 | 4-7 | 8-15 | ...). The engine
+    times each step in two parts, the drafter's proposal and the rest (verification, acceptance,
+    the loop's own bookkeeping); then, for a step at batch depth M::
 
-        served(M) = ratio * table(M) + (excess if M > 0 else 0)
+        served(M) = ratio * table(M) + residual(M)
 
-    ``ratio`` (an EMA of measured / table over steps drafting nothing) is how fast the machine runs
-    now against when the table was timed (contexts longer than the table's count here too);
-    ``excess`` (an EMA of measured - ratio * table over drafting steps) is what a served drafting
-    step pays beside the table at any depth: the drafter's catch-up after a step that drafted
-    nothing, the proposal's own bookkeeping. On the demo pair on one CPU core the excess is about
-    2 ms at every depth from 1 to 4 (a D=1 step costs 1.8x a D=0 step where the table says 1.4x):
-    a fixed cost per drafting step, which one ratio per depth or per kind would spread in proportion
-    to the table and so tilt the choice toward short drafts.
+    ``ratio`` (an EMA of the rest's seconds over the table's verification seconds, from every step)
+    is how fast the machine runs now against when the table was timed (contexts longer than the
+    table's count here too); ``residual(M)`` (an EMA of measured minus ``ratio * table`` over the
+    band's steps at depth M) is what the table's shape misses at that depth: the drafter's catch-up
+    on the tokens committed since its last proposal, its own bookkeeping, the verification of
+    M + 1 tokens where the device's kernels step in a way the table's timing did not catch. (On the
+    demo pair on one CPU core, served steps at B = 1 grow 0.4 ms from 3 to 4 verified tokens where
+    the table grows 0.0 ms; a D = 1 proposal costs 0.3 ms beside the table's draft step.)
 
-    A band whose steps drafting nothing were not measured borrows the nearest measured ratio (how
-    fast the machine runs now holds for every batch); its excess starts at 0 -- a batch's drafting
-    overhead grows with it, so another band's would not transfer, and the table's own view gets the
-    drafting tried and measured. The section's first step sets its ratio
-    outright; afterwards one step moves a price by at most a factor 2 before weighting (an outlier,
-    not a new level), a running mean until the EMA weight takes over. Admissions are not in the
-    steps timed: they cost the same per request whatever the depth. Published values follow the
-    running ones only when these move a price by more than ``PUBLISH``, so a stationary batch keeps
-    reusing its evaluation.
+    A depth the band has not measured takes the residual of its nearest measured depth of the same
+    kind (drafting or not), so the table gives the shape between depths and the steps served give
+    the level; a band not measured yet borrows the nearest measured ratio (how fast the machine runs
+    now holds for every batch) and no residual -- a batch's drafting overhead grows with it, so
+    another band's would not transfer. The ratio comes from every step, so neither term waits for a
+    kind of step the controller does not choose. The section's first step sets its ratio outright;
+    afterwards one step moves a value by at most a factor 2 of what was expected before weighting
+    (an outlier, not a new level), a running mean until the EMA weight takes over. Admissions are
+    not in the steps timed: they cost the same per request whatever the depth. Published values
+    follow the running ones only when these move a price by more than ``PUBLISH``, so a stationary
+    batch keeps reusing its evaluation.
     """
 
     PUBLISH = 0.02
 
     def __init__(self, weight: float):
         self.weight = weight
-        self.running: dict[tuple, float] = {}     # (section, band, "ratio" | "excess") -> value
+        self.running: dict[tuple, float] = {}     # (section, band, "ratio") or (section, band, M) -> value
         self.counts: dict[tuple, int] = {}
-        self.last: dict[tuple, int] = {}          # the controller's step of the latest measurement
+        self.last: dict[tuple, int] = {}          # (section, band, M) -> the controller's step that measured it
         self.published: dict[tuple, float] = {}
         self.version = 0
 
@@ -206,36 +223,53 @@ class ServedCosts:
     def band(batch: int) -> int:
         return int(batch).bit_length()
 
-    def _get(self, section: str, band: int, kind: str, default: float) -> float:
-        got = self.published.get((section, band, kind))
-        if got is not None or kind == "excess":   # an excess is a band's own (it grows with the batch)
-            return default if got is None else got
-        near = [(abs(b - band), v) for (s, b, k), v in self.published.items() if s == section and k == kind]
-        return min(near)[1] if near else default
+    def ratio(self, section: str, band: int) -> float:
+        got = self.published.get((section, band, "ratio"))
+        if got is not None:
+            return got
+        near = [(abs(b - band), v) for (s, b, k), v in self.published.items() if s == section and k == "ratio"]
+        return min(near)[1] if near else 1.0
+
+    def residual(self, section: str, band: int, depth: int) -> float:
+        """The band's residual at ``depth``, else its nearest measured depth's of the same kind, else 0."""
+        got = self.published.get((section, band, depth))
+        if got is not None:
+            return got
+        near = [(abs(k - depth), k, v) for (s, b, k), v in self.published.items()
+                if s == section and b == band and k != "ratio" and (k > 0) == (depth > 0)]
+        return min(near)[2] if near else 0.0
 
     def price(self, section: str, batch: int, depth: int, table: float) -> float:
         band = self.band(batch)
-        served = self._get(section, band, "ratio", 1.0) * table
-        return served + self._get(section, band, "excess", 0.0) if depth > 0 else served
+        return self.ratio(section, band) * table + self.residual(section, band, depth)
 
-    def observe(self, section: str, batch: int, depth: int, seconds: float, table: float, step: int = 0) -> None:
-        """A step of ``batch`` requests at depth ``depth`` took ``seconds`` where the table says ``table``."""
+    def observe(self, section: str, batch: int, depth: int, rest_s: float, propose_s: float,
+                table_verify: float, table_draft: float, step: int = 0) -> None:
+        """A step of ``batch`` requests at depth ``depth`` took ``propose_s`` to propose and ``rest_s``
+        for the rest, where the table says ``table_draft`` and ``table_verify``."""
         band = self.band(batch)
-        kind = "excess" if depth > 0 else "ratio"
-        self.last[(section, band, kind)] = step
+        key = (section, band, "ratio")
         if not any(k[0] == section for k in self.running):   # the first measurement sets the scale
-            self._set((section, band, "ratio"), seconds / table, 0.0)
-            return
-        expected = self.price(section, batch, depth, table)
-        seconds = min(max(seconds, expected / 2), expected * 2)
-        ratio = self._get(section, band, "ratio", 1.0)
-        key = (section, band, kind)
-        old = self.running.get(key, ratio if kind == "ratio" else self._get(section, band, "excess", 0.0))
-        w = max(self.weight, 1.0 / (self.counts.get(key, 0) + 2))   # a running mean (the start counting once)
-        if kind == "ratio":
-            self._set(key, old + w * (seconds / table - old), self.PUBLISH * ratio)
+            self._set(key, rest_s / table_verify, 0.0)
         else:
-            self._set(key, old + w * (seconds - ratio * table - old), self.PUBLISH * expected)
+            ratio = self.ratio(section, band)
+            measured = min(max(rest_s / table_verify, ratio / 2), ratio * 2)
+            self._update(key, self.running.get(key, ratio), measured, self.PUBLISH * ratio)
+        ratio, table = self.ratio(section, band), table_verify + table_draft
+        key, old = (section, band, depth), self.residual(section, band, depth)
+        expected = ratio * table + old
+        measured = min(max(rest_s + propose_s, expected / 2), expected * 2) - ratio * table
+        self.last[key] = step
+        self._update(key, self.running.get(key, old), measured, self.PUBLISH * expected)
+
+    def age(self, section: str, batch: int, depth: int, step: int) -> float:
+        """Steps since the band last measured ``depth`` (inf: never)."""
+        last = self.last.get((section, self.band(batch), depth))
+        return math.inf if last is None else step - last
+
+    def _update(self, key: tuple, old: float, measured: float, tolerance: float) -> None:
+        w = max(self.weight, 1.0 / (self.counts.get(key, 0) + 2))   # a running mean (the start counting once)
+        self._set(key, old + w * (measured - old), tolerance)
 
     def _set(self, key: tuple, value: float, tolerance: float) -> None:
         """Set a running value; publish it when it moved by more than ``tolerance`` since last published."""
@@ -244,11 +278,6 @@ class ServedCosts:
         if pub is None or abs(value - pub) > tolerance:
             self.published[key] = value
             self.version += 1
-
-    def age(self, section: str, batch: int, depth: int, step: int) -> float:
-        """Steps since a step of this band and kind (drafting or not) was last measured (inf: never)."""
-        last = self.last.get((section, self.band(batch), "excess" if depth > 0 else "ratio"))
-        return math.inf if last is None else step - last
 
 
 @dataclass(frozen=True)
@@ -260,13 +289,14 @@ class AdaptiveConfig:
     the newest step in each estimate (default 0.1, about the last 20 steps); ``relax``: per-step pull
     of positions a step did not reach toward the request's level, and of that level toward the
     prior while it drafts nothing (default 0.002: about 350 steps to halve); ``hysteresis``:
-    relative gain a new depth must promise (default 0.02); ``min_dwell``: steps between depth
+    relative gain a new depth must promise (default 0.02); ``draft_margin``: relative gain any depth must
+    promise over drafting nothing before it is chosen (default 0.05); ``min_dwell``: steps between depth
     changes (default 4); ``probe_every``: steps of drafting nothing before a one-token probe
     (default 0: never); ``pool``: weight of one request-step in the pooled estimate that seeds
     newcomers (default 0.02); ``learn``: weight of one step in the served step prices (:class:`ServedCosts`)
     (default 0.1; 0 prices from the table alone; only tables that state their ``clock`` are learned);
-    ``price_every``: while the batch drafts and costs are learned, one step in this many drafts
-    nothing if a step drafting nothing was not measured since (default 64; 0: never).
+    ``explore_every``: while the batch drafts and step prices are learned, one step in this many serves
+    the depth measured longest ago instead of the chosen one (default 16; 0: never).
     """
 
     costs: StepCosts
@@ -274,11 +304,12 @@ class AdaptiveConfig:
     ema: float = 0.1
     relax: float = 0.002
     hysteresis: float = 0.02
+    draft_margin: float = 0.05
     min_dwell: int = 4
     probe_every: int = 0
     pool: float = 0.02
     learn: float = 0.1
-    price_every: int = 64
+    explore_every: int = 16
 
     def __post_init__(self):
         prior = tuple(float(a) for a in self.prior)
@@ -289,13 +320,15 @@ class AdaptiveConfig:
             raise ValueError(f"ema: expected in (0, 1], got {self.ema}")
         if not 0.0 <= self.relax <= 1.0:
             raise ValueError(f"relax: expected in [0, 1], got {self.relax}")
+        if not 0.0 <= self.draft_margin < 1.0:
+            raise ValueError(f"draft_margin: expected in [0, 1), got {self.draft_margin}")
         if not 0.0 <= self.learn <= 1.0:
             raise ValueError(f"learn: expected in [0, 1], got {self.learn}")
         if not 0.0 <= self.pool < 1.0:
             raise ValueError(f"pool: expected in [0, 1), got {self.pool}")
-        if self.hysteresis < 0 or self.min_dwell < 0 or self.probe_every < 0 or self.price_every < 0:
-            raise ValueError(f"hysteresis, min_dwell, probe_every and price_every: expected >= 0, got "
-                             f"{self.hysteresis}, {self.min_dwell}, {self.probe_every}, {self.price_every}")
+        if self.hysteresis < 0 or self.min_dwell < 0 or self.probe_every < 0 or self.explore_every < 0:
+            raise ValueError(f"hysteresis, min_dwell, probe_every and explore_every: expected >= 0, got "
+                             f"{self.hysteresis}, {self.min_dwell}, {self.probe_every}, {self.explore_every}")
 
     def prior_at(self, k: int) -> float:
         """Prior conditional acceptance of draft position k (1-based)."""
@@ -486,16 +519,17 @@ class Controller:
         they must not depend on timing: seeded sampled outputs stay reproducible."""
         return self.served is not None and method == "greedy"
 
-    def observe_cost(self, method: str, batch: int, depth: int, seconds: float,
+    def observe_cost(self, method: str, batch: int, depth: int, rest_s: float, propose_s: float,
                      tokens_per_request: float | None = None) -> None:
         """Fold in what a step of ``batch`` requests at batch depth ``depth`` really took (on the table's
-        clock, :attr:`clock`; admissions aside); ``tokens_per_request``: verified tokens (default:
-        the padded step's, the depth's node count)."""
-        if not self.learns(method) or not seconds > 0 or batch < 1:
+        clock, :attr:`clock`; admissions aside): ``propose_s`` in the drafter's proposal, ``rest_s`` in
+        everything else; ``tokens_per_request``: verified tokens (default: the padded step's, the
+        depth's node count)."""
+        if not self.learns(method) or batch < 1 or not rest_s > 0 or propose_s < 0:
             return
         tokens = self._nodes(depth) if tokens_per_request is None else tokens_per_request
-        table = self.cfg.costs.seconds(method, batch, tokens, depth)
-        self.served.observe(METHOD_TABLES[method], batch, depth, seconds, table, self.steps)
+        verify, draft = self.cfg.costs.parts(method, batch, tokens, depth)
+        self.served.observe(METHOD_TABLES[method], batch, depth, rest_s, propose_s, verify, draft, self.steps)
 
     # -- the choice --------------------------------------------------------------------------
     def _nodes(self, depth: int) -> int:
@@ -555,14 +589,16 @@ class Controller:
             found = {M: self._best_for_depth(costs, method, ests, caps_p, M) for M in range(top + 1)}
             self._last = (key, found)
         rates = {M: r for M, (r, _) in found.items()}
-        best = max(rates, key=lambda M: (rates[M], -M))
+        margin = 1.0 + self.cfg.draft_margin
+        score = {M: r / margin if M else r for M, r in rates.items()}   # drafting must beat nothing by the margin
+        best = max(score, key=lambda M: (score[M], -M))
         switched = False
         self.since += 1
         if self.current is None:
             self.current, switched = best, True
         elif best != self.current:
             cur = min(self.current, top)
-            if rates[best] > rates[cur] * (1.0 + self.cfg.hysteresis) and self.since >= self.cfg.min_dwell:
+            if score[best] > score[cur] * (1.0 + self.cfg.hysteresis) and self.since >= self.cfg.min_dwell:
                 self.current, switched = best, True
                 self.switches += 1
         if switched:
@@ -577,21 +613,25 @@ class Controller:
                 self.probes += 1
         if M > 0:
             self.idle = 0
-            if self._price_due(method, len(caps_p)):
-                depths_p, M, probe = [0] * len(caps_p), 0, True
+            explore = self._explore_due(method, len(caps_p), M, top)
+            if explore is not None:
+                depths_p, M, probe = [min(explore, c) for c in caps_p], explore, True
                 self.probes += 1
         depths = [0] * len(caps)
         for j, i in enumerate(perm):
             depths[i] = depths_p[j]
         return Choice(depths, M, rates, switched, probe)
 
-    def _price_due(self, method: str, batch: int) -> bool:
-        """Whether a step drafting nothing is due while drafting: what a drafting step really costs is
-        only known against one that drafts nothing, measured on the same machine as it runs now."""
-        every = self.cfg.price_every
-        if not every or not self.learns(method):
-            return False
-        return self.served.age(METHOD_TABLES[method], batch, 0, self.steps) >= every
+    def _explore_due(self, method: str, batch: int, M: int, top: int) -> int | None:
+        """While the batch drafts at M, one step in ``explore_every`` serves the depth in 0..``top`` its
+        band measured longest ago (never first; then the nearest to M), so that every depth's price
+        follows what it costs as served, not only the chosen one's."""
+        every = self.cfg.explore_every
+        if not every or not self.learns(method) or self.steps % every:
+            return None
+        section = METHOD_TABLES[method]
+        ages = [(-self.served.age(section, batch, d, self.steps), abs(d - M), d) for d in range(top + 1) if d != M]
+        return min(ages)[2] if ages else None
 
     def _could_pay(self, method: str, caps: Sequence[int], rate0: float) -> bool:
         """Whether some depth would beat drafting nothing if every draft were accepted."""

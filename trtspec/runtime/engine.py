@@ -243,7 +243,9 @@ class Engine:
         t0 = time.perf_counter()
         method = self._method(reqs)
         depths = self._depths(reqs, method)
+        c_propose = self._cost_clock()
         prop = self.drafter.propose(reqs, depths, self.spec.branching, self._draft_mode(reqs, method))
+        c_proposed = self._cost_clock()
         t1 = time.perf_counter()
         logits, aux = self._score(reqs, prop)                                       # [B, N, V]
         acc, path, bonus = self._verify(reqs, prop, logits, method)                 # [B], [B, L], [B]
@@ -256,7 +258,9 @@ class Engine:
         outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
         t3 = time.perf_counter()
         if c_start is not None:   # what this step cost as served (admissions aside), on the table's clock
-            self.controller.observe_cost(method, len(reqs), max(depths), self._cost_clock() - c_start)
+            propose_s = c_proposed - c_propose
+            self.controller.observe_cost(method, len(reqs), max(depths), self._cost_clock() - c_start - propose_s,
+                                         propose_s)
         self.step_count += 1
         for st in [r.stats for r in reqs] + [self.stats]:
             st.draft_time_s += t1 - t0
