@@ -25,6 +25,8 @@ def test_plan_json_rows_and_engine_settings():
     sc = doc["trtllm"]["speculative_config"]
     assert not ("draft_len_schedule" in sc and "max_concurrency" in sc)
     assert doc["provenance"]["acceptance"]["eagle3"].startswith("prior:llama3.3-70b-eagle3")
+    # the book's own engine file is named as in the repository, not where this checkout lives
+    assert doc["provenance"]["cost_model"]["engine_overheads"] == "recipes/engines/trtllm.yaml"
 
 
 def test_plan_table_plot_and_out(tmp_path):

@@ -55,10 +55,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from trtspec.recipes.engines import EngineProfile, load_engine
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
+from trtspec.recipes.paths import book_dir
 from trtspec.recipes.perfdb import PerfDB, PerfDBUnavailable, gemm_quant, moe_quant, open_db
 
 PRICINGS = ("perf-db", "roofline")
@@ -66,6 +68,15 @@ ROOFLINE = "roofline"
 # aiconfigurator-core collects generation MLA at num_heads 1, 2, ..., 128 (DeepSeek's 128 heads over TP 1..64;
 # systems/data/<gpu>/mla/<engine>/<version>/generation_mla_perf.parquet): larger head counts are its extrapolation
 MLA_TABLE_HEADS = 128
+
+
+def _shown(path: str) -> str:
+    """An engine file as provenance names it: ``recipes/engines/<name>.yaml`` for the book's own (wherever
+    this checkout lives), else the path a user gave."""
+    try:
+        return "recipes/" + Path(path).resolve().relative_to(book_dir().resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
 
 
 @dataclass
@@ -84,7 +95,7 @@ class Pricer:
     def describe(self) -> dict:
         """What prices what, for plan provenance."""
         return {"kernels": self.label if self.db else f"roofline ({self.note})", "engine": self.engine.name,
-                "engine_overheads": self.engine.path, "perf_db_tiers": sorted(self.db.tiers) if self.db else [],
+                "engine_overheads": _shown(self.engine.path), "perf_db_tiers": sorted(self.db.tiers) if self.db else [],
                 "verify_split": self.engine.verify_split,
                 **({"kernel_scale": self.engine.kernel_scale} if self.engine.kernel_scale != 1.0 else {})}
 
