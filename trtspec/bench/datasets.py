@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from trtspec import jsonl
+
 CATEGORIES: tuple[str, ...] = (
     "coding", "math", "humanities", "stem", "writing", "summarization",
     "roleplay", "rag", "multilingual", "reasoning", "qa",
@@ -131,22 +133,10 @@ def row_to_prompt(row: Any, where: str) -> Prompt:
 def read_jsonl(path: str | Path) -> list[Prompt]:
     """Read a JSONL file of SPEED-Bench rows (blank lines skipped; line numbers are 1-based)."""
     path = Path(path)
-    data = path.read_bytes()
-    prompts: list[Prompt] = []
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DatasetError(
-                f"{path} line {lineno}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-            ) from None
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path} line {lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        prompts.append(row_to_prompt(row, f"{path} line {lineno}"))
+    try:
+        prompts = [row_to_prompt(row, f"{path} line {lineno}") for lineno, row in jsonl.read_jsonl(path)]
+    except jsonl.JsonlError as exc:
+        raise DatasetError(f"{path} {exc}") from None
     if not prompts:
         raise DatasetError(f"{path}: empty file (no rows); expected JSONL rows with fields {', '.join(FIELDS)}")
     return prompts

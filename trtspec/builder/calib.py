@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from trtspec.builder.validate import BuildInputError
+from trtspec.jsonl import JsonlError, read_jsonl
 
 BUILTIN_SAMPLE: tuple[tuple[str, str], ...] = (
     ("coding", "def merge_sorted(a, b):\n    i = j = 0\n    out = []\n    while i < len(a) and j < len(b):\n"
@@ -104,13 +105,11 @@ def load_texts(path: Path | None) -> list[str]:
             raise CalibrationError(f"--calib {path}: not a readable Parquet file ({e})") from None
         texts = [_record_text(r, f"{path} row {i}") for i, r in enumerate(rows)]
     elif path.suffix in (".jsonl", ".json"):
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CalibrationError(f"--calib {path}:{i}: not a JSON object per line ({e})") from None
+        try:
+            records = list(read_jsonl(path))
+        except JsonlError as e:
+            raise CalibrationError(f"--calib {path}: {e}") from None
+        for i, rec in records:
             if not isinstance(rec, dict):
                 raise CalibrationError(f"--calib {path}:{i}: expected a JSON object, got {type(rec).__name__}")
             texts.append(_record_text(rec, f"{path}:{i}"))

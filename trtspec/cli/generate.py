@@ -13,19 +13,19 @@ _S, _P = SamplingParams(), SpecConfig()
 
 def _read_batch_file(path: Path) -> list[str]:
     """Prompts from a JSONL file: one JSON string or object with a ``prompt`` (or ``text``) field per line."""
+    from trtspec.jsonl import JsonlError, read_jsonl
+
     prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise click.BadParameter(f"line {n} is not JSON ({e})", param_hint="--batch-file") from e
-        text = item if isinstance(item, str) else (item.get("prompt") or item.get("text") if isinstance(item, dict) else None)
-        if not isinstance(text, str):
-            raise click.BadParameter(f"line {n}: expected a string or an object with a 'prompt' field",
-                                     param_hint="--batch-file")
-        prompts.append(text)
+    try:
+        for n, item in read_jsonl(path):
+            text = item if isinstance(item, str) else (
+                item.get("prompt") or item.get("text") if isinstance(item, dict) else None)
+            if not isinstance(text, str):
+                raise click.BadParameter(f"line {n}: expected a string or an object with a 'prompt' field",
+                                         param_hint="--batch-file")
+            prompts.append(text)
+    except JsonlError as e:
+        raise click.BadParameter(str(e), param_hint="--batch-file") from None
     return prompts
 
 

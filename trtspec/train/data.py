@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from trtspec.jsonl import JsonlError, read_jsonl
 from trtspec.train.config import TrainDraftConfig, TrainInputError
 
 HELDOUT_MODULUS = 20
@@ -40,23 +41,22 @@ def read_records(path: Path) -> list[str]:
             raise TrainInputError(f"--data {path}: no 'text' column (columns: {', '.join(table.column_names)})")
         texts = [t for t in table.column("text").to_pylist() if isinstance(t, str) and t]
     else:
-        texts = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TrainInputError(f"--data {path}: line {n} is not JSON ({e})") from None
-            text = item if isinstance(item, str) else next(
-                (item[k] for k in TEXT_FIELDS if isinstance(item, dict) and isinstance(item.get(k), str)), None)
-            if text is None:
-                raise TrainInputError(f"--data {path}: line {n}: expected a string or an object with one of "
-                                      f"{', '.join(TEXT_FIELDS)}")
-            texts.append(text)
+        try:
+            texts = [_record_text(item, path, n) for n, item in read_jsonl(path)]
+        except JsonlError as e:
+            raise TrainInputError(f"--data {path}: {e}") from None
     if not texts:
         raise TrainInputError(f"--data {path}: no text records")
     return texts
+
+
+def _record_text(item, path: Path, n: int) -> str:
+    text = item if isinstance(item, str) else next(
+        (item[k] for k in TEXT_FIELDS if isinstance(item, dict) and isinstance(item.get(k), str)), None)
+    if text is None:
+        raise TrainInputError(f"--data {path}: line {n}: expected a string or an object with one of "
+                              f"{', '.join(TEXT_FIELDS)}")
+    return text
 
 
 @dataclass
