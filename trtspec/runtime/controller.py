@@ -152,7 +152,7 @@ class StepCosts:
         greedy = (_Grid(table.get("target"), "cost table 'target'"), _Grid(table.get("draft"), "cost table 'draft'"))
         self.tables = {"greedy": greedy, "sample": greedy}
         self.priced_sampled = "sample" in table
-        self._memo: dict[tuple, float] = {}   # (method, batch, tokens, depth) -> seconds: a step's price is read
+        self._memo: dict[tuple, tuple] = {}   # (method, batch, tokens, depth) -> parts: a step's price is read
         #                                       for every depth before every step, from a handful of shapes
         if self.priced_sampled:
             s = table["sample"]
@@ -164,19 +164,20 @@ class StepCosts:
     def seconds(self, method: str, batch: int, tokens_per_request: float, depth: int) -> float:
         """One step: verification of ``tokens_per_request`` tokens for each of ``batch`` requests plus
         ``depth`` serial draft steps, verified by ``method`` (greedy | sample | block)."""
+        verify, draft = self.parts(method, batch, tokens_per_request, depth)
+        return verify + draft
+
+    def parts(self, method: str, batch: int, tokens_per_request: float, depth: int) -> tuple[float, float]:
+        """(verification seconds, draft seconds) of the step :meth:`seconds` prices."""
         key = (method, batch, tokens_per_request, depth)
         got = self._memo.get(key)
         if got is None:
-            got = sum(self.parts(method, batch, tokens_per_request, depth))
+            target, draft = self.tables[METHOD_TABLES[method]]
+            got = (target(batch, tokens_per_request), depth * draft(batch, 1) if depth else 0.0)
             if len(self._memo) >= 65536:   # packed steps price fractional token counts: keep it bounded
                 self._memo.clear()
             self._memo[key] = got
         return got
-
-    def parts(self, method: str, batch: int, tokens_per_request: float, depth: int) -> tuple[float, float]:
-        """(verification seconds, draft seconds) of the step :meth:`seconds` prices."""
-        target, draft = self.tables[METHOD_TABLES[method]]
-        return target(batch, tokens_per_request), (depth * draft(batch, 1) if depth else 0.0)
 
 
 class ServedCosts:
