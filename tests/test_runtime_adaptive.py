@@ -82,16 +82,15 @@ def test_adaptive_seeded_samples_are_the_same_at_any_batch_placement(dirs, verif
 
 def test_greedy_steps_are_repriced_from_the_engines_own_step_times(dirs):
     """A table stamped with its clock: the engine times its greedy steps on it and the controller
-    learns their ratio to the table (synthetic seconds: far below 1) and each depth's residual; outputs stay the target's."""
+    learns each depth's factor to the table (synthetic seconds: far below 1); outputs stay the target's."""
     pipe = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive",
                          adaptive=lively(clock="wall"))
     params = lambda i: SamplingParams(max_new_tokens=20)  # noqa: E731
     got, eng = run(pipe, range(4), 4, params)
     assert got == run(pipe.without_speculation(), range(4), 4, params)[0]
     served = eng.controller.served
-    assert 0 < served.running[("greedy", 3, "ratio")] < 0.01   # every step's verification was measured
-    measured = [k for k in served.running if k[1] == 3 and k[2] != "ratio"]
-    assert measured and all(abs(served.running[k]) < 0.1 for k in measured)   # seconds; the table's are >= 10
+    measured = [k for k in served.running if k[1] == 3]       # 4 requests' steps, at the depths served
+    assert measured and all(0 < served.running[k] < 0.01 for k in measured)   # seconds here against the table's >= 10
 
 
 def test_drafting_priced_out_drafts_nothing(dirs):

@@ -48,14 +48,14 @@ most steps there -- and step prices are memoized per shape.
 
 Prices as served. The table times bare steps; a served step also pays a drafter's catch-up, the
 loop's own work, contexts longer than the table's, and a machine slower or faster than when it was
-timed. When the table states its ``clock``, the engine times each step on it in two parts, the
-drafter's proposal and the rest (admissions aside), and :class:`ServedCosts` learns, per (table
-section, batch band), the ratio of the rest to the table's verification seconds over every step and,
-per depth, what a served step pays beside ``ratio`` times the table; a depth not measured yet takes
-the nearest measured depth's, a band not measured yet the nearest band's ratio. While the batch
-drafts, one step in ``explore_every`` (16) serves the depth measured longest ago instead of the
-chosen one, so that every depth is priced as it is served now, not only the chosen one (on the demo
-pair on one CPU core at B = 1 the table prefers D = 4 where D = 2 serves 5% more tokens/s).
+timed. When the table states its ``clock``, the engine times each step on it (the target's prefill
+of newcomers aside; the drafter's prefill of a newcomer runs in the next step, so drafting pays for
+it) and :class:`ServedCosts` learns, per (table section, batch band, depth), the factor between what
+steps cost as served and what the table says; a depth not measured yet borrows the nearest measured
+depth's, a band not measured yet the nearest band's. While the batch drafts, one step in
+``explore_every`` (16) serves the depth measured longest ago instead of the chosen one, so that
+every depth is priced as it is served now, not only the chosen one (on the demo pair on one CPU
+core at B = 1 the table prefers D = 4 where D = 2 serves 5% more tokens/s).
 Greedy steps only: a sampled step's depths decide which tokens are drawn, so its price never
 depends on timing and seeded sampled outputs stay reproducible.
 
@@ -182,39 +182,39 @@ class StepCosts:
 
 class ServedCosts:
     """What steps cost as served against what the table says, learned from the engine's own steps
-    on the table's clock, per (table section, batch band 1 | 2-3 | 4-7 | 8-15 | ...). The engine
-    times each step in two parts, the drafter's proposal and the rest (verification, acceptance,
-    the loop's own bookkeeping); then, for a step at batch depth M::
+    on the table's clock, per (table section, batch band 1 | 2-3 | 4-7 | 8-15 | ..., batch depth M)::
 
-        served(M) = ratio * table(M) + residual(M)
+        served(B, M) = factor(band, M) * table(B, M)
 
-    ``ratio`` (an EMA of the rest's seconds over the table's verification seconds, from every step)
-    is how fast the machine runs now against when the table was timed (contexts longer than the
-    table's count here too); ``residual(M)`` (an EMA of measured minus ``ratio * table`` over the
-    band's steps at depth M) is what the table's shape misses at that depth: the drafter's catch-up
-    on the tokens committed since its last proposal, its own bookkeeping, the verification of
-    M + 1 tokens where the device's kernels step in a way the table's timing did not catch. (On the
-    demo pair on one CPU core, served steps at B = 1 grow 0.4 ms from 3 to 4 verified tokens where
-    the table grows 0.0 ms; a D = 1 proposal costs 0.3 ms beside the table's draft step.)
+    ``factor`` is an EMA of measured / table seconds over the band's steps at depth M. It holds what
+    the table's timing did not catch at that depth: how fast the machine runs now, contexts longer
+    than the table's, the drafter's catch-up on the tokens committed since its last proposal, its
+    own bookkeeping, kernels that step where the table's did not (on the demo pair on one CPU core,
+    served steps at B = 1 grow 0.4 ms from 3 to 4 verified tokens where the table grows 0.0 ms, and
+    a D = 1 proposal costs 0.3 ms beside the table's draft step: the table prefers D = 4 where D = 2
+    serves 5% more tokens/s).
 
-    A depth the band has not measured takes the residual of its nearest measured depth of the same
-    kind (drafting or not), so the table gives the shape between depths and the steps served give
-    the level; a band not measured yet borrows the nearest measured ratio (how fast the machine runs
-    now holds for every batch) and no residual -- a batch's drafting overhead grows with it, so
-    another band's would not transfer. The ratio comes from every step, so neither term waits for a
-    kind of step the controller does not choose. The section's first step sets its ratio outright;
-    afterwards one step moves a value by at most a factor 2 of what was expected before weighting
-    (an outlier, not a new level), a running mean until the EMA weight takes over. Admissions are
-    not in the steps timed: they cost the same per request whatever the depth. Published values
-    follow the running ones only when these move a price by more than ``PUBLISH``, so a stationary
-    batch keeps reusing its evaluation.
+    A depth the band has not measured takes the factor of its nearest measured depth of the same
+    kind (drafting or not), else of any kind; a band not measured yet, the nearest measured band's
+    at that depth (how fast the machine runs now holds for every batch). So the table gives the shape
+    between depths and the served steps the level. Each depth keeps its own factor rather than one
+    level shared by all: a shared level moves with whichever depth was served last, and an offset
+    per depth measured against it drifts with it, mispricing the depths not served since. The
+    section's first step sets its scale outright; the first measurement of any other (band, depth)
+    counts as much as the value it borrowed; afterwards one step moves a factor by at most a factor
+    2 before weighting (an outlier, not a new level), a running mean until the EMA weight takes
+    over. The target's prefill of newcomers is not in the steps timed: it costs the same whatever the
+    depth. The drafter's prefill of a newcomer is (the engine runs it in the next step while the
+    batch drafts): at concurrency 4 on the demo pair, leaving it out made drafting lose 13% end to
+    end while the steps alone said that drafting paid. Published values follow the running ones only
+    when these move by more than ``PUBLISH``, so a stationary batch keeps reusing its evaluation.
     """
 
     PUBLISH = 0.02
 
     def __init__(self, weight: float):
         self.weight = weight
-        self.running: dict[tuple, float] = {}     # (section, band, "ratio") or (section, band, M) -> value
+        self.running: dict[tuple, float] = {}     # (section, band, M) -> factor
         self.counts: dict[tuple, int] = {}
         self.last: dict[tuple, int] = {}          # (section, band, M) -> the controller's step that measured it
         self.published: dict[tuple, float] = {}
@@ -224,61 +224,41 @@ class ServedCosts:
     def band(batch: int) -> int:
         return int(batch).bit_length()
 
-    def ratio(self, section: str, band: int) -> float:
-        got = self.published.get((section, band, "ratio"))
-        if got is not None:
-            return got
-        near = [(abs(b - band), v) for (s, b, k), v in self.published.items() if s == section and k == "ratio"]
-        return min(near)[1] if near else 1.0
-
-    def residual(self, section: str, band: int, depth: int) -> float:
-        """The band's residual at ``depth``, else its nearest measured depth's of the same kind, else 0."""
+    def factor(self, section: str, band: int, depth: int) -> float:
+        """The published factor of (band, depth), else borrowed as the class docstring says, else 1."""
         got = self.published.get((section, band, depth))
         if got is not None:
             return got
-        near = [(abs(k - depth), k, v) for (s, b, k), v in self.published.items()
-                if s == section and b == band and k != "ratio" and (k > 0) == (depth > 0)]
-        return min(near)[2] if near else 0.0
+        mine = [(abs(k - depth), (k > 0) != (depth > 0), k, v) for (s, b, k), v in self.published.items()
+                if s == section and b == band]
+        if mine:
+            return min(mine, key=lambda x: (x[1], x[0], x[2]))[3]
+        near = [(abs(b - band), abs(k - depth), b, k, v) for (s, b, k), v in self.published.items() if s == section]
+        return min(near)[4] if near else 1.0
 
     def price(self, section: str, batch: int, depth: int, table: float) -> float:
-        band = self.band(batch)
-        return self.ratio(section, band) * table + self.residual(section, band, depth)
+        return self.factor(section, self.band(batch), depth) * table
 
-    def observe(self, section: str, batch: int, depth: int, rest_s: float, propose_s: float,
-                table_verify: float, table_draft: float, step: int = 0) -> None:
-        """A step of ``batch`` requests at depth ``depth`` took ``propose_s`` to propose and ``rest_s``
-        for the rest, where the table says ``table_draft`` and ``table_verify``."""
-        band = self.band(batch)
-        key = (section, band, "ratio")
-        if not any(k[0] == section for k in self.running):   # the first measurement sets the scale
-            self._set(key, rest_s / table_verify, 0.0)
+    def observe(self, section: str, batch: int, depth: int, seconds: float, table: float, step: int = 0) -> None:
+        """A step of ``batch`` requests at depth ``depth`` took ``seconds`` where the table says ``table``."""
+        key = (section, self.band(batch), depth)
+        if not any(k[0] == section for k in self.published):   # the section's first step sets the scale
+            value = seconds / table
         else:
-            ratio = self.ratio(section, band)
-            measured = min(max(rest_s / table_verify, ratio / 2), ratio * 2)
-            self._update(key, self.running.get(key, ratio), measured, self.PUBLISH * ratio)
-        ratio, table = self.ratio(section, band), table_verify + table_draft
-        key, old = (section, band, depth), self.residual(section, band, depth)
-        expected = ratio * table + old
-        measured = min(max(rest_s + propose_s, expected / 2), expected * 2) - ratio * table
-        self.last[key] = step
-        self._update(key, self.running.get(key, old), measured, self.PUBLISH * expected)
+            old = self.factor(section, key[1], depth)
+            measured = min(max(seconds / table, old / 2), old * 2)
+            w = max(self.weight, 1.0 / (self.counts.get(key, 0) + 2))   # a running mean (the start counting once)
+            value = self.running.get(key, old) + w * (measured - self.running.get(key, old))
+        self.running[key], self.counts[key], self.last[key] = value, self.counts.get(key, 0) + 1, step
+        pub = self.published.get(key)
+        if pub is None or abs(value - pub) > self.PUBLISH * pub:
+            self.published[key] = value
+            self.version += 1
 
     def age(self, section: str, batch: int, depth: int, step: int) -> float:
         """Steps since the band last measured ``depth`` (inf: never)."""
         last = self.last.get((section, self.band(batch), depth))
         return math.inf if last is None else step - last
-
-    def _update(self, key: tuple, old: float, measured: float, tolerance: float) -> None:
-        w = max(self.weight, 1.0 / (self.counts.get(key, 0) + 2))   # a running mean (the start counting once)
-        self._set(key, old + w * (measured - old), tolerance)
-
-    def _set(self, key: tuple, value: float, tolerance: float) -> None:
-        """Set a running value; publish it when it moved by more than ``tolerance`` since last published."""
-        self.running[key], self.counts[key] = value, self.counts.get(key, 0) + 1
-        pub = self.published.get(key)
-        if pub is None or abs(value - pub) > tolerance:
-            self.published[key] = value
-            self.version += 1
 
 
 @dataclass(frozen=True)
@@ -520,17 +500,16 @@ class Controller:
         they must not depend on timing: seeded sampled outputs stay reproducible."""
         return self.served is not None and method == "greedy"
 
-    def observe_cost(self, method: str, batch: int, depth: int, rest_s: float, propose_s: float,
+    def observe_cost(self, method: str, batch: int, depth: int, seconds: float,
                      tokens_per_request: float | None = None) -> None:
         """Fold in what a step of ``batch`` requests at batch depth ``depth`` really took (on the table's
-        clock, :attr:`clock`; admissions aside): ``propose_s`` in the drafter's proposal, ``rest_s`` in
-        everything else; ``tokens_per_request``: verified tokens (default: the padded step's, the
-        depth's node count)."""
-        if not self.learns(method) or batch < 1 or not rest_s > 0 or propose_s < 0:
+        clock, :attr:`clock`; admissions aside); ``tokens_per_request``: verified tokens (default: the
+        padded step's, the depth's node count)."""
+        if not self.learns(method) or not seconds > 0 or batch < 1:
             return
         tokens = self._nodes(depth) if tokens_per_request is None else tokens_per_request
-        verify, draft = self.cfg.costs.parts(method, batch, tokens, depth)
-        self.served.observe(METHOD_TABLES[method], batch, depth, rest_s, propose_s, verify, draft, self.steps)
+        table = self.cfg.costs.seconds(method, batch, tokens, depth)
+        self.served.observe(METHOD_TABLES[method], batch, depth, seconds, table, self.steps)
 
     # -- the choice --------------------------------------------------------------------------
     def _nodes(self, depth: int) -> int:

@@ -96,6 +96,7 @@ class Engine:
         self.free_rows = list(range(max_batch_size))[::-1]
         self.waiting: list[Request] = []
         self.running: list[Request] = []
+        self.unfed: list[Request] = []   # admitted while drafting: the drafter's prefill is still due
         self.ids: set = set()
         self.added = 0                 # requests added so far: the index of a derived seed
         self.step_count = 0
@@ -174,7 +175,7 @@ class Engine:
             r.cache_len = len(r.tokens) - 1
         self.drafter.admit(new, aux)
         if self.controller is None or self.controller.drafting:   # else its catch-up waits for a draft
-            self.drafter.prefill(new)
+            self.unfed += new   # the drafter's prefill runs in the next step, on its clock: drafting pays for it
         self.running += new
 
     # -- one step --------------------------------------------------------------------------------
@@ -240,12 +241,14 @@ class Engine:
         if not reqs:
             return []
         c_start = self._cost_clock()
+        if self.unfed:
+            live = {id(r) for r in reqs}
+            self.drafter.prefill([r for r in self.unfed if id(r) in live])
+            self.unfed = []
         t0 = time.perf_counter()
         method = self._method(reqs)
         depths = self._depths(reqs, method)
-        c_propose = self._cost_clock()
         prop = self.drafter.propose(reqs, depths, self.spec.branching, self._draft_mode(reqs, method))
-        c_proposed = self._cost_clock()
         t1 = time.perf_counter()
         logits, aux = self._score(reqs, prop)                                       # [B, N, V]
         acc, path, bonus = self._verify(reqs, prop, logits, method)                 # [B], [B, L], [B]
@@ -258,9 +261,7 @@ class Engine:
         outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
         t3 = time.perf_counter()
         if c_start is not None:   # what this step cost as served (admissions aside), on the table's clock
-            propose_s = c_proposed - c_propose
-            self.controller.observe_cost(method, len(reqs), max(depths), self._cost_clock() - c_start - propose_s,
-                                         propose_s)
+            self.controller.observe_cost(method, len(reqs), max(depths), self._cost_clock() - c_start)
         self.step_count += 1
         for st in [r.stats for r in reqs] + [self.stats]:
             st.draft_time_s += t1 - t0
