@@ -29,11 +29,11 @@ least ``min_dwell`` steps (default 4) after the last change. On a stationary str
 and the choice stops moving; a loss of at most ``hysteresis`` is the price.
 
 Drafting margin (stated): a depth M > 0 is chosen over drafting nothing only when its predicted rate
-beats drafting nothing by more than ``draft_margin`` (default 5%). What a step's price leaves out
-falls on drafting alone -- a drafter's catch-up on every token it missed when the batch starts
-drafting again, the draft model's share of each admission, prices learned from a handful of steps --
-so a near tie goes to drafting nothing (on the demo pair on one CPU core at B = 16, a D = 1 step priced
-4% behind drafting nothing served 12% fewer tokens/s end to end).
+beats drafting nothing by more than ``draft_margin`` (default 5%). What a step's price misses falls
+on drafting alone -- a drafter's one-off catch-up on every token it missed when the batch starts
+drafting again, which prices learned over steady steps under-weight, and prices learned from a
+handful of steps -- so a near tie goes to drafting nothing (on the demo pair on one CPU core at
+B = 16, a D = 1 step priced 4% behind drafting nothing served 12% fewer tokens/s end to end).
 
 Seeds. A request joining the batch starts from the engine's pooled estimate: per-position rates
 over every request's recent steps (weight ``pool`` per request-step, folded in once per step from
@@ -152,7 +152,7 @@ class StepCosts:
         greedy = (_Grid(table.get("target"), "cost table 'target'"), _Grid(table.get("draft"), "cost table 'draft'"))
         self.tables = {"greedy": greedy, "sample": greedy}
         self.priced_sampled = "sample" in table
-        self._memo: dict[tuple, tuple] = {}   # (method, batch, tokens, depth) -> parts: a step's price is read
+        self._memo: dict[tuple, float] = {}   # (method, batch, tokens, depth) -> seconds: a step's price is read
         #                                       for every depth before every step, from a handful of shapes
         if self.priced_sampled:
             s = table["sample"]
@@ -164,16 +164,11 @@ class StepCosts:
     def seconds(self, method: str, batch: int, tokens_per_request: float, depth: int) -> float:
         """One step: verification of ``tokens_per_request`` tokens for each of ``batch`` requests plus
         ``depth`` serial draft steps, verified by ``method`` (greedy | sample | block)."""
-        verify, draft = self.parts(method, batch, tokens_per_request, depth)
-        return verify + draft
-
-    def parts(self, method: str, batch: int, tokens_per_request: float, depth: int) -> tuple[float, float]:
-        """(verification seconds, draft seconds) of the step :meth:`seconds` prices."""
         key = (method, batch, tokens_per_request, depth)
         got = self._memo.get(key)
         if got is None:
             target, draft = self.tables[METHOD_TABLES[method]]
-            got = (target(batch, tokens_per_request), depth * draft(batch, 1) if depth else 0.0)
+            got = target(batch, tokens_per_request) + (depth * draft(batch, 1) if depth else 0.0)
             if len(self._memo) >= 65536:   # packed steps price fractional token counts: keep it bounded
                 self._memo.clear()
             self._memo[key] = got
