@@ -93,6 +93,23 @@ def test_greedy_steps_are_repriced_from_the_engines_own_step_times(dirs):
     assert measured and all(0 < served.running[k] < 0.01 for k in measured)   # seconds here against the table's >= 10
 
 
+@pytest.mark.parametrize("clock", ["cpu", None])
+def test_with_learned_prices_the_drafters_prefill_of_a_newcomer_runs_in_the_timed_step(dirs, clock):
+    """Step prices learned (a clocked table): a newcomer admitted while the batch drafts gets its draft
+    prefill at the start of the next step, inside the timed part, so drafting pays for it; without a
+    clock it is prefilled at admission, as a static engine does."""
+    pipe = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive",
+                         adaptive=lively(clock=clock))
+    eng = pipe.engine(max_batch_size=2)
+    eng.add_request("a", PROMPTS[0], SamplingParams(max_new_tokens=8))
+    assert eng.admit() == 1
+    r = eng.running[0]
+    fed_at_admission = len(PROMPTS[0]) - 1
+    assert eng.drafter.seen[r.row] == (0 if clock else fed_at_admission) and eng.unfed == ([r] if clock else [])
+    eng.step()
+    assert eng.unfed == [] and eng.drafter.seen[r.row] > fed_at_admission
+
+
 def test_drafting_priced_out_drafts_nothing(dirs):
     pipe = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive",
                          adaptive=AdaptiveConfig(costs(draft_s=500.0), prior=(0.9,)))

@@ -96,7 +96,7 @@ class Engine:
         self.free_rows = list(range(max_batch_size))[::-1]
         self.waiting: list[Request] = []
         self.running: list[Request] = []
-        self.unfed: list[Request] = []   # admitted while drafting: the drafter's prefill is still due
+        self.unfed: list[Request] = []   # admitted while drafting with learned prices: the drafter's prefill is due
         self.ids: set = set()
         self.added = 0                 # requests added so far: the index of a derived seed
         self.step_count = 0
@@ -174,8 +174,10 @@ class Engine:
         for r in new:
             r.cache_len = len(r.tokens) - 1
         self.drafter.admit(new, aux)
-        if self.controller is None or self.controller.drafting:   # else its catch-up waits for a draft
-            self.unfed += new   # the drafter's prefill runs in the next step, on its clock: drafting pays for it
+        if self.controller is not None and self.controller.clock is not None and self.controller.drafting:
+            self.unfed += new   # step prices are learned: the drafter's prefill runs in the next, timed step
+        elif self.controller is None or self.controller.drafting:   # else its catch-up waits for a draft
+            self.drafter.prefill(new)
         self.running += new
 
     # -- one step --------------------------------------------------------------------------------
