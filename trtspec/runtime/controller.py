@@ -224,10 +224,10 @@ class ServedCosts:
         got = self.published.get((section, band, depth))
         if got is not None:
             return got
-        mine = [(abs(k - depth), (k > 0) != (depth > 0), k, v) for (s, b, k), v in self.published.items()
-                if s == section and b == band]
+        mine = [((k > 0) != (depth > 0), abs(k - depth), k, v) for (s, b, k), v in self.published.items()
+                if s == section and b == band]   # the same kind first, then the nearest depth
         if mine:
-            return min(mine, key=lambda x: (x[1], x[0], x[2]))[3]
+            return min(mine)[3]
         near = [(abs(b - band), abs(k - depth), b, k, v) for (s, b, k), v in self.published.items() if s == section]
         return min(near)[4] if near else 1.0
 
@@ -242,8 +242,9 @@ class ServedCosts:
         else:
             old = self.factor(section, key[1], depth)
             measured = min(max(seconds / table, old / 2), old * 2)
+            prev = self.running.get(key, old)
             w = max(self.weight, 1.0 / (self.counts.get(key, 0) + 2))   # a running mean (the start counting once)
-            value = self.running.get(key, old) + w * (measured - self.running.get(key, old))
+            value = prev + w * (measured - prev)
         self.running[key], self.counts[key], self.last[key] = value, self.counts.get(key, 0) + 1, step
         pub = self.published.get(key)
         if pub is None or abs(value - pub) > self.PUBLISH * pub:

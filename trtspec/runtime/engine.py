@@ -174,10 +174,11 @@ class Engine:
         for r in new:
             r.cache_len = len(r.tokens) - 1
         self.drafter.admit(new, aux)
-        if self.controller is not None and self.controller.clock is not None and self.controller.drafting:
-            self.unfed += new   # step prices are learned: the drafter's prefill runs in the next, timed step
-        elif self.controller is None or self.controller.drafting:   # else its catch-up waits for a draft
-            self.drafter.prefill(new)
+        if self.controller is None or self.controller.drafting:   # else its catch-up waits for a draft
+            if self.controller is not None and self.controller.clock is not None:
+                self.unfed += new   # step prices are learned: the drafter's prefill runs in the next, timed step
+            else:
+                self.drafter.prefill(new)
         self.running += new
 
     # -- one step --------------------------------------------------------------------------------
