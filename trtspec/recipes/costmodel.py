@@ -18,7 +18,9 @@ processes ``batch`` requests with ``tokens`` new tokens each (1 for plain decode
   by one pass at each further multiple of 128. Hence D = 128/G - 1 and "prefer G*(1+D) a multiple of 128".
 * **Linear attention / Mamba-2**: a fixed state per request is read once and written ``tokens`` times (verification
   keeps one state snapshot per draft position so that rejected drafts can be rolled back).
-* **MoE**: T = batch*tokens routed tokens touch ``E*(1-(1-k/E)^T)`` distinct experts per layer on average; those
+* **MoE**: T = batch*tokens independent, uniformly routed tokens would touch ``E*(1-(1-k/E)^T)`` distinct experts
+  per layer on average; ``trtspec.recipes.routing`` counts fewer -- a Zipf expert popularity, and a request's
+  successive verified tokens counted as fewer independent ones, since they share experts beyond chance; those
   experts' weights are loaded; each expert's grouped GEMM rounds its rows up to the tile once compute-bound.
 * **Tensor parallel**: one all-reduce of the step's activations after each mixer and each feed-forward:
   ``latency + 2*(tp-1)/tp * bytes / link_bandwidth``.
@@ -42,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trtspec.recipes import variants
+from trtspec.recipes import routing, variants
 from trtspec.recipes.arch import Architecture, Block
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
@@ -225,15 +227,16 @@ def state_time(spec, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int
 
 def unique_experts(num_experts: int, k: int, routed_tokens: int) -> float:
     """Expected distinct experts hit by ``routed_tokens`` tokens choosing k of E uniformly: E*(1-(1-k/E)^T)."""
-    return num_experts * (1.0 - (1.0 - k / num_experts) ** routed_tokens)
+    return routing.unique_experts(num_experts, k, routed_tokens)
 
 
-def moe_time(arch: Architecture, gpu: GPU, prec: Precision, tp: int, m: int) -> float:
-    """Routed experts of one MoE layer for ``m`` tokens (shared experts are a dense GEMM, counted as linear)."""
+def moe_time(arch: Architecture, gpu: GPU, prec: Precision, tp: int, m: int, requests: int | None = None) -> float:
+    """Routed experts of one MoE layer for ``m`` tokens of ``requests`` requests (shared experts are a dense GEMM,
+    counted as linear): the distinct experts loaded under ``trtspec.recipes.routing``'s popularity and locality."""
     moe = arch.moe
     bw = gpu.bandwidth * gpu.eff_bandwidth
     peak = gpu.peak_flops(prec.compute) * gpu.eff_compute
-    u = unique_experts(moe.num_experts, moe.experts_per_token, m)
+    u = routing.popular_experts(moe.num_experts, moe.experts_per_token, routing.request_tokens(m, requests))
     per_expert = arch.expert_params / tp
     t_mem = (u * per_expert * prec.weight_bytes + m * moe.experts_per_token * 2 * arch.hidden * ACT_BYTES) / bw
     rows = m * moe.experts_per_token / u  # rows per active expert
@@ -285,7 +288,7 @@ def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: 
         gemms = GEMM_COUNT[block.ffn] if block.ffn == "dense" or arch.moe.shared_intermediate else 1  # router only
         c.linear += gemm_time(arch.ffn_params(block) / tp, m, gpu, prec, arch.hidden, kernels=gemms)
         if block.ffn == "moe":
-            c.moe += moe_time(arch, gpu, prec, tp, m)
+            c.moe += moe_time(arch, gpu, prec, tp, m, batch)
         c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
     c.sources = {k: "GPU file" if k == "overhead" else "roofline" for k in COST_CLASSES if getattr(c, k) > 0}
     if pricer is not None:
