@@ -1,8 +1,8 @@
-"""Routing assumptions of the MoE prices (trtspec.recipes.routing)."""
+"""Routing assumptions of the MoE prices (trtspec.recipes.routing) and the logits' gather and read (costmodel)."""
 import pytest
 
 from trtspec.recipes.arch import load_architecture
-from trtspec.recipes.costmodel import Precision, forward_cost
+from trtspec.recipes.costmodel import Precision, forward_cost, logits_time
 from trtspec.recipes.gpus import load_gpu
 from trtspec.recipes.routing import LOCALITY, popular_experts, request_tokens, unique_experts
 
@@ -35,3 +35,15 @@ def test_verified_tokens_of_one_request_cost_less_expert_loading_than_as_many_re
     chain = forward_cost(arch, gpu, prec, tp=4, batch=1, tokens=8).moe
     batch = forward_cost(arch, gpu, prec, tp=4, batch=8, tokens=1).moe
     assert one < chain < batch
+
+
+def test_logits_are_gathered_over_tp_and_read_once():
+    gpu = load_gpu("h100")
+    gather1, read1 = logits_time(gpu, 1, 512, 151936)
+    gather4, read4 = logits_time(gpu, 4, 512, 151936)
+    nbytes = 512 * 151936 * 2
+    assert gather1 == 0.0 and read1 == read4 == pytest.approx(nbytes / (gpu.bandwidth * gpu.eff_bandwidth))
+    assert gather4 == pytest.approx(0.75 * nbytes / (gpu.link_bandwidth * gpu.eff_link))
+    arch, prec = load_architecture("llama-3.1-8b"), Precision.of("none")
+    small, large = (forward_cost(arch, gpu, prec, tp=2, batch=b, tokens=4, step_overhead=False) for b in (1, 64))
+    assert large.comm - small.comm > 60 * logits_time(gpu, 2, 4, arch.vocab)[0]
