@@ -216,12 +216,13 @@ def test_drafter_cost_shapes():
 
 def test_block_drafter_pass_covers_root_and_drafts_and_grows_with_batch_times_block():
     """The dflash pass runs its layers over D + 1 tokens per request (root + D masks) and the LM head over D rows
-    (a DSpark block of D tokens drafts at all D): exactly the layers of a (D+1)-token forward plus a D-row head, and
+    (a DSpark block of D tokens drafts at all D): exactly the layers of a (D+1)-token forward plus a D-row head
+    (and the read of those D rows' logits), and
     its price grows with B * block, by less than the tokens do while the pass is weight-bound (between 1x and 32x
     from B = 1 to B = 32)."""
     from collections import Counter
 
-    from trtspec.recipes.costmodel import gemm_time
+    from trtspec.recipes.costmodel import gemm_time, logits_time
     from trtspec.recipes.drafters import _eagle_arch
 
     target, gpu, prec = load_architecture("llama-3.1-8b"), load_gpu("h100"), Precision.of("none")
@@ -232,7 +233,8 @@ def test_block_drafter_pass_covers_root_and_drafts_and_grows_with_batch_times_bl
         layers = forward_cost(arch, gpu, prec, batch=batch, tokens=16, context=1024, step_overhead=False,
                               blocks=Counter({Block("attention", "dense"): 5}), lm_head_params=0)
         assert got.total - got.lm_head == pytest.approx(layers.total)
-        assert got.lm_head == pytest.approx(gemm_time(arch.lm_head_params, batch * 15, gpu, prec, arch.hidden))
+        head = gemm_time(arch.lm_head_params, batch * 15, gpu, prec, arch.hidden)
+        assert got.lm_head == pytest.approx(head + logits_time(gpu, 1, batch * 15, arch.vocab)[1])
     price = lambda b: spec.block_pass(target, gpu, prec, draft_len=15, batch=b, tp=1, context=1024,  # noqa: E731
                                       step_overhead=False).total
     assert price(1) < price(8) < price(32) < 32 * price(1)

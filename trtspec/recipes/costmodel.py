@@ -18,10 +18,18 @@ processes ``batch`` requests with ``tokens`` new tokens each (1 for plain decode
   by one pass at each further multiple of 128. Hence D = 128/G - 1 and "prefer G*(1+D) a multiple of 128".
 * **Linear attention / Mamba-2**: a fixed state per request is read once and written ``tokens`` times (verification
   keeps one state snapshot per draft position so that rejected drafts can be rolled back).
-* **MoE**: T = batch*tokens routed tokens touch ``E*(1-(1-k/E)^T)`` distinct experts per layer on average; those
+* **MoE**: T = batch*tokens independent, uniformly routed tokens would touch ``E*(1-(1-k/E)^T)`` distinct experts
+  per layer on average; ``trtspec.recipes.routing`` counts fewer -- a Zipf expert popularity, and a request's
+  successive verified tokens counted as fewer independent ones, since they share experts beyond chance; those
   experts' weights are loaded; each expert's grouped GEMM rounds its rows up to the tile once compute-bound.
 * **Tensor parallel**: one all-reduce of the step's activations after each mixer and each feed-forward:
   ``latency + 2*(tp-1)/tp * bytes / link_bandwidth``.
+* **Logits** (``logits_time``): the LM head is split over the vocabulary, so the engine all-gathers each token's
+  logits from the ``tp`` GPUs (SGLang's ``LogitsProcessor`` and vLLM's logits processor gather the vocab-parallel
+  shards before sampling) and the sampler or the verification reads the full rows once: ``(tp-1)/tp * rows * vocab
+  * 2 bytes`` over the link plus ``rows * vocab * 2`` bytes from memory, for the rows that need logits (every
+  verified token). Negligible at a decode batch; a batch of 32 requests verifying 16 tree tokens each gathers
+  ~155 MB of bf16 logits per step (Qwen3's 152k vocabulary).
 * **Fixed costs**: ``gpu.layer_overhead`` per Llama-style layer (launch gaps under CUDA graphs; other block kinds
   scale by their kernel count, ``KERNEL_WEIGHT``) and ``gpu.step_overhead`` per forward (scheduling, sampling, host
   sync); see the GPU file for the justification of each figure.
@@ -42,7 +50,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trtspec.recipes import variants
+from trtspec.recipes import routing, variants
 from trtspec.recipes.arch import Architecture, Block
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
@@ -225,15 +233,16 @@ def state_time(spec, gpu: GPU, prec: Precision, tp: int, batch: int, tokens: int
 
 def unique_experts(num_experts: int, k: int, routed_tokens: int) -> float:
     """Expected distinct experts hit by ``routed_tokens`` tokens choosing k of E uniformly: E*(1-(1-k/E)^T)."""
-    return num_experts * (1.0 - (1.0 - k / num_experts) ** routed_tokens)
+    return routing.unique_experts(num_experts, k, routed_tokens)
 
 
-def moe_time(arch: Architecture, gpu: GPU, prec: Precision, tp: int, m: int) -> float:
-    """Routed experts of one MoE layer for ``m`` tokens (shared experts are a dense GEMM, counted as linear)."""
+def moe_time(arch: Architecture, gpu: GPU, prec: Precision, tp: int, m: int, requests: int | None = None) -> float:
+    """Routed experts of one MoE layer for ``m`` tokens of ``requests`` requests (shared experts are a dense GEMM,
+    counted as linear): the distinct experts loaded under ``trtspec.recipes.routing``'s popularity and locality."""
     moe = arch.moe
     bw = gpu.bandwidth * gpu.eff_bandwidth
     peak = gpu.peak_flops(prec.compute) * gpu.eff_compute
-    u = unique_experts(moe.num_experts, moe.experts_per_token, m)
+    u = routing.popular_experts(moe.num_experts, moe.experts_per_token, routing.request_tokens(m, requests))
     per_expert = arch.expert_params / tp
     t_mem = (u * per_expert * prec.weight_bytes + m * moe.experts_per_token * 2 * arch.hidden * ACT_BYTES) / bw
     rows = m * moe.experts_per_token / u  # rows per active expert
@@ -285,7 +294,7 @@ def block_cost(arch: Architecture, block: Block, gpu: GPU, prec: Precision, tp: 
         gemms = GEMM_COUNT[block.ffn] if block.ffn == "dense" or arch.moe.shared_intermediate else 1  # router only
         c.linear += gemm_time(arch.ffn_params(block) / tp, m, gpu, prec, arch.hidden, kernels=gemms)
         if block.ffn == "moe":
-            c.moe += moe_time(arch, gpu, prec, tp, m)
+            c.moe += moe_time(arch, gpu, prec, tp, m, batch)
         c.comm += allreduce_time(gpu, tp, m * arch.hidden * ACT_BYTES)
     c.sources = {k: "GPU file" if k == "overhead" else "roofline" for k in COST_CLASSES if getattr(c, k) > 0}
     if pricer is not None:
@@ -297,7 +306,8 @@ def forward_cost(arch: Architecture, gpu: GPU, prec: Precision, *, tp: int = 1, 
                  context: int = 4096, blocks=None, lm_head_params: int | None = None, step_overhead: bool = True,
                  pricer=None, ep: int = 1, dp: int = 1, prefill: bool = False) -> StepCost:
     """One forward of ``blocks`` (default: all of ``arch``'s layers, as a Counter of Block -> count) plus the LM head
-    (``lm_head_params`` elements, default vocab*hidden; logits for every token) and the fixed per-step overhead
+    (``lm_head_params`` elements, default vocab*hidden; logits for every token, gathered and read:
+    ``logits_time``) and the fixed per-step overhead
     (the GPU file's ``step_overhead``; with a ``pricer``, its engine's ``step`` in class ``engine``). ``ep``: expert
     parallelism of the MoE layers (measured pricing only; the roofline splits experts by ``tp`` either way); ``dp``:
     attention data parallelism (``block_cost``). ``prefill``: ``batch`` prompts of ``tokens`` tokens, nothing
@@ -319,7 +329,34 @@ def forward_cost(arch: Architecture, gpu: GPU, prec: Precision, *, tp: int = 1, 
     measured = pricer.lm_head(head, arch.hidden, tp, rows) if pricer is not None and head else None
     total.lm_head += measured if measured is not None else gemm_time(head / tp, rows, gpu, prec, arch.hidden)
     total.sources["lm_head"] = pricer.label if measured is not None else "roofline"
+    if head:
+        add_logits(total, gpu, tp, rows, head / arch.hidden)
     return total
+
+
+def logits_time(gpu: GPU, tp: int, rows: int, vocab: float) -> tuple[float, float]:
+    """(gather, read) seconds for the bf16 logits of ``rows`` tokens over ``vocab`` entries (module docstring): the
+    all-gather of the ``tp`` vocabulary shards over the link (none at tp = 1) and one read of the full rows."""
+    nbytes = rows * vocab * ACT_BYTES
+    gather = 0.0
+    if tp > 1:
+        link = gpu.link_bandwidth * gpu.eff_link
+        if link <= 0:
+            raise RecipeError(f"gpu {gpu.name!r} has no interconnect figure; cannot model --tp {tp}")
+        gather = (tp - 1) / tp * nbytes / link
+    return gather, nbytes / (gpu.bandwidth * gpu.eff_bandwidth)
+
+
+def add_logits(cost: StepCost, gpu: GPU, tp: int, rows: int, vocab: float) -> StepCost:
+    """``cost`` plus ``logits_time`` (gather in class ``comm``, read in ``lm_head``; both on the roofline)."""
+    gather, read = logits_time(gpu, tp, rows, vocab)
+    cost.comm += gather
+    cost.lm_head += read
+    for key, t in (("comm", gather), ("lm_head", read)):
+        mine = cost.sources.get(key)
+        if t > 0 and (mine is None or "roofline" not in mine.split(" + ")):
+            cost.sources[key] = "roofline" if mine is None else f"{mine} + roofline"
+    return cost
 
 
 def weight_bytes(arch: Architecture, prec: Precision, tp: int) -> float:

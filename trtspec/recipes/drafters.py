@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from trtspec.recipes.arch import Architecture, Block
-from trtspec.recipes.costmodel import Precision, StepCost, forward_cost, gemm_time, weight_bytes
+from trtspec.recipes.costmodel import Precision, StepCost, add_logits, forward_cost, gemm_time, weight_bytes
 from trtspec.recipes.errors import RecipeError
 from trtspec.recipes.gpus import GPU
 
@@ -121,6 +121,7 @@ class DrafterSpec:
             head = StepCost(overhead=gpu.layer_overhead).add(fixed)
             head.linear += _gemm(h, 2 * h, batch, gpu, prec, tp, pricer, h)
             head.lm_head += _gemm(self.draft_vocab, h, batch, gpu, prec, tp, pricer, h)
+            add_logits(head, gpu, tp, batch, self.draft_vocab)
             cost.add(head, draft_len)
         return cost
 
@@ -143,7 +144,7 @@ class DrafterSpec:
         measured = pricer.lm_head(head, arch.hidden, tp, rows) if pricer is not None else None
         cost.lm_head += measured if measured is not None else gemm_time(head / tp, rows, gpu, prec, arch.hidden)
         cost.sources["lm_head"] = pricer.label if measured is not None else "roofline"
-        return cost
+        return add_logits(cost, gpu, tp, rows, head / arch.hidden)
 
     def _layers(self, target: Architecture):
         """(architecture, Counter of blocks) of the draft's own decoder layers; None for a lookup drafter."""

@@ -34,7 +34,10 @@ and extrapolates beyond the collected grid; it never reads the parquet files its
   beyond the fit's, i.e. beyond the experts loaded, x ``SWITCH_RATIO``), where it grows as the fit does
   (Llama-4-Scout, 16 experts top-1, SGLang on H200: 267 us at 16 tokens, 500 us at 24 and 732 us at 32 while the
   tokens touch 10 -> 13 -> 14 experts, against a published EAGLE-3 step at batch 8 x 4 tokens that costs no more
-  than a plain decode step);
+  than a plain decode step). The table's tokens route independently; a request's successive verified tokens share
+  experts beyond chance (``trtspec.recipes.routing.request_tokens``), so a step of several tokens per request is
+  priced with the experts it is expected not to load -- u(T) - u(T'), T' the independent tokens that load as many
+  -- taken off at the fit's price per expert, b;
 * prefill attention (``context_attention`` / ``context_mla``: one prompt, causal, bf16 FMHA) is asked at the
   prompt's own length, the package interpolating between the lengths it collected;
 * every answer is memoised per shape and ladder point, so a plan costs at most one query per shape and ladder point;
@@ -53,6 +56,7 @@ import math
 from dataclasses import dataclass, field
 
 from trtspec.recipes.errors import RecipeError
+from trtspec.recipes.routing import request_tokens, unique_experts
 
 _GEMM_QUANTS = {2.0: "bfloat16", 1.0: "fp8", 0.5625: "nvfp4", 0.5156: "int4_wo"}
 _MOE_QUANTS = {"none": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4",
@@ -244,8 +248,9 @@ class PerfDB:
             lambda: MLABmm("mla_bmm", 1, int(heads), q, if_pre=bool(pre)), batch=v, s=1, x=v, key=key))
 
     def moe(self, tokens: int, hidden: int, inter: int, topk: int, experts: int, moe_tp: int, moe_ep: int,
-            quant: str) -> float | None:
-        """Routed experts of one MoE layer (grouped GEMMs, activation) for ``tokens`` tokens (``MOE_DISTRIBUTION``)."""
+            quant: str, requests: int | None = None) -> float | None:
+        """Routed experts of one MoE layer (grouped GEMMs, activation) for ``tokens`` tokens (``MOE_DISTRIBUTION``)
+        of ``requests`` requests (None: independent tokens; see ``_expert_loading``)."""
         from aiconfigurator_core.sdk import common
         from aiconfigurator_core.sdk.operations import MoE
 
@@ -259,14 +264,17 @@ class PerfDB:
 
             t = self._monotone(key, tokens, at)
             if t is not None:
-                return self._expert_loading(key, tokens, topk, experts, at, t)
+                return self._expert_loading(key, tokens, topk, experts, at, t, requests)
         return None
 
-    def _expert_loading(self, key: tuple, tokens: int, topk: int, experts: int, at, table: float) -> float:
+    def _expert_loading(self, key: tuple, tokens: int, topk: int, experts: int, at, table: float,
+                        requests: int | None = None) -> float:
         """The decode regime of a routed-expert table read through its fit ``a + b * u(T)`` (module docstring):
         below ``T_full = experts / topk`` tokens the cost is a fixed launch part plus the distinct experts loaded,
         u(T) = E * (1 - (1 - k/E)^T), so a kernel switch the table shows there does not move the price; above it
-        the table's own (monotone) price, never below the fit."""
+        the table's own (monotone) price, never below the fit. Tokens of ``requests`` requests share experts within
+        a request: the experts they are expected not to load, u(T) - u(T'), come off at b each (T' =
+        ``routing.request_tokens``; nothing comes off once every expert is loaded either way)."""
         full = max(1, math.ceil(experts / topk))
         if key not in self._fits:
             pts = [v for v in LADDER if v <= full] or [1]
@@ -278,9 +286,12 @@ class PerfDB:
         def fit(t: float) -> float:
             return a + b * unique_experts(experts, topk, t)
 
+        spared = b * (unique_experts(experts, topk, tokens) -
+                      unique_experts(experts, topk, request_tokens(tokens, requests)))
         if tokens <= full:
-            return fit(tokens)
-        return max(self._without_switches(key, tokens, full, loading_edge(experts, topk), at, fit), fit(tokens))
+            return fit(tokens) - spared
+        walked = self._without_switches(key, tokens, full, loading_edge(experts, topk), at, fit)
+        return max(walked, fit(tokens)) - spared
 
     def _without_switches(self, key: tuple, tokens: int, full: int, edge: int, at, fit) -> float:
         """The routed-expert table above ``full`` tokens walked ladder point by ladder point from its price at
@@ -320,11 +331,6 @@ def loading_edge(experts: int, topk: int) -> int:
     if topk >= experts:
         return 1
     return max(math.ceil(experts / topk), math.ceil(math.log(experts) / -math.log(1.0 - topk / experts)))
-
-
-def unique_experts(experts: int, topk: int, tokens: float) -> float:
-    """Expected distinct experts hit by ``tokens`` tokens choosing ``topk`` of ``experts`` each: E*(1-(1-k/E)^T)."""
-    return experts * (1.0 - (1.0 - topk / experts) ** tokens)
 
 
 def _line(rows: list) -> tuple[float, float]:

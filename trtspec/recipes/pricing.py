@@ -35,7 +35,8 @@ Shapes the database does not measure, and the rule that derives them from what i
 * **GEMMs**: M = B*T rows is a measured axis (the package's interpolation); the LM head is a bf16 GEMM
   (Model-Optimizer leaves ``lm_head`` unquantized) with M = B*T (logits for every verified token);
 * **MoE**: B*T routed tokens, power-law routing (``perfdb.MOE_DISTRIBUTION``), MoE TP = tp / ep and EP = ep
-  (measured axes);
+  (measured axes); the T tokens of one request share experts beyond chance (``trtspec.recipes.routing``), which
+  ``perfdb`` takes off the experts the table's independent tokens load;
 * **all-reduce**: two per layer (after the mixer and after the feed-forward) of B*T tokens (measured axis); with
   attention data parallelism (``dp``) the mixer's runs over the ``tp / dp`` GPUs of a group on its own tokens;
 * **prefill** (a prompt of T tokens, nothing cached: ``trtspec.recipes.serving`` prices the prompts inside a
@@ -143,7 +144,8 @@ class Pricer:
             moe = arch.moe
             q = moe_quant(prec.quant)
             t = None if q is None or tp % ep else self.db.moe(m, arch.hidden, moe.intermediate, moe.experts_per_token,
-                                                              moe.num_experts, tp // ep, ep, q)
+                                                              moe.num_experts, tp // ep, ep, q,
+                                                              requests=batch)
             if t is not None:
                 cost.moe = t
                 cost.sources["moe"] = self.label
