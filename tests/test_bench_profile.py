@@ -69,6 +69,30 @@ def test_profile_times_sampled_steps_into_a_sample_section(pair, tmp_path):
         ProfileConfig(method="forward", verify=("greedy", "sample"))
 
 
+def test_profile_times_the_drafters_catch_up_per_backlog(pair, tmp_path):
+    """The engine method's ``catch_up`` section: the drafter feeding B newcomers' backlogs of U tokens
+    (keyed by the backlog the drafter reports), read back by the controller beyond a steady step's feed;
+    a drafter that keeps no cache (n-gram) has nothing to feed and no section."""
+    from trtspec.bench.profile import measure_catch_up
+    from trtspec.runtime import load_pipeline
+    from trtspec.runtime.controller import StepCosts
+
+    target, draft = pair
+    cfg = ProfileConfig(batch_sizes=(1, 3), tokens=(1, 2), context_len=16, warmup=1, repeats=2, clock="cpu",
+                        catch_up_tokens=(2, 8, 600))
+    data = json.loads(profile_pair(target, draft, cfg).save(tmp_path / "cost_table.json").read_text())
+    feeds = data["catch_up"]
+    assert set(feeds) == {"1", "3"} and set(feeds["3"]) == {"2", "8", "510"}   # 600 capped by the 512 context
+    assert all(s > 0 for row in feeds.values() for s in row.values())
+    costs = StepCosts(data)
+    assert costs.catch_up(3, 2) == 0.0 and costs.catch_up(1, 1) == 0.0
+    assert costs.catch_up(3, 8) == pytest.approx(max(feeds["3"]["8"] - feeds["3"]["2"], 0.0))
+    ngram = load_pipeline(target, None, drafter="ngram", draft_len=2)
+    assert measure_catch_up(ngram, cfg) == {}
+    with pytest.raises(ValueError, match="catch_up_tokens"):
+        ProfileConfig(catch_up_tokens=(0,))
+
+
 def test_profile_config_and_table_errors(tmp_path):
     with pytest.raises(ValueError, match="batch_sizes"):
         ProfileConfig(batch_sizes=(0, 2))

@@ -93,21 +93,30 @@ def test_greedy_steps_are_repriced_from_the_engines_own_step_times(dirs):
     assert measured and all(0 < served.running[k] < 0.01 for k in measured)   # seconds here against the table's >= 10
 
 
-@pytest.mark.parametrize("clock", ["cpu", None])
-def test_with_learned_prices_the_drafters_prefill_of_a_newcomer_runs_in_the_timed_step(dirs, clock):
-    """Step prices learned (a clocked table): a newcomer admitted while the batch drafts gets its draft
-    prefill at the start of the next step, inside the timed part, so drafting pays for it; without a
-    clock it is prefilled at admission, as a static engine does."""
-    pipe = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive",
-                         adaptive=lively(clock=clock))
-    eng = pipe.engine(max_batch_size=2)
-    eng.add_request("a", PROMPTS[0], SamplingParams(max_new_tokens=8))
-    assert eng.admit() == 1
-    r = eng.running[0]
-    fed_at_admission = len(PROMPTS[0]) - 1
-    assert eng.drafter.seen[r.row] == (0 if clock else fed_at_admission) and eng.unfed == ([r] if clock else [])
-    eng.step()
-    assert eng.unfed == [] and eng.drafter.seen[r.row] > fed_at_admission
+def test_an_adaptive_engine_feeds_a_newcomers_prompt_to_the_drafter_in_the_first_step_that_drafts(dirs):
+    """A static engine feeds the drafter at admission; an adaptive one leaves the prompt in the drafter's
+    backlog (what the controller prices as the catch-up) until a step drafts, inside the step."""
+    prompt = PROMPTS[0]
+    static = load_pipeline(dirs["target"], dirs["draft"], draft_len=4).engine(max_batch_size=2)
+    static.add_request("a", prompt, SamplingParams(max_new_tokens=8))
+    static.admit()
+    assert static.drafter.backlog(static.running[0]) == 1   # the root only: fed with the first proposal
+    for c in (lively(), lively(clock="cpu")):
+        eng = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive",
+                            adaptive=c).engine(max_batch_size=2)
+        eng.add_request("a", prompt, SamplingParams(max_new_tokens=8))
+        eng.admit()
+        r = eng.running[0]
+        assert eng.drafter.backlog(r) == len(prompt) and eng.drafter.seen[r.row] == 0
+        eng.step()
+        assert eng.stats.drafts == 1 and eng.drafter.backlog(r) <= 2
+    idle = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive",
+                         adaptive=AdaptiveConfig(costs(draft_s=500.0), prior=(0.9,))).engine(max_batch_size=2)
+    idle.add_request("a", prompt, SamplingParams(max_new_tokens=8))
+    for _ in range(3):
+        idle.step()
+    r = idle.running[0]
+    assert idle.stats.drafts == 0 and idle.drafter.backlog(r) == len(r.tokens)   # nothing fed while idle
 
 
 def test_drafting_priced_out_drafts_nothing(dirs):

@@ -15,7 +15,10 @@ Two methods:
   ``step = target[B][D+1] + D * draft[B][1]`` reproduces it. With ``verify`` including ``sample``
   the same grid is stepped again with sampled requests (temperature 0.8, top-p 0.95: every step
   then builds per-request probability rows for drafts and verification) into a ``sample`` section,
-  which the adaptive controller (``trtspec.runtime.controller``) prices sampled steps with.
+  which the adaptive controller (``trtspec.runtime.controller``) prices sampled steps with. For a
+  drafter with its own cache (draft model, EAGLE-3, MTP), ``catch_up[B][U]`` times it feeding a
+  backlog of U committed tokens per request (its prefill of B newcomers' prompts; U in
+  ``catch_up_tokens``), the one-off an adaptive engine pays when its batch starts drafting again.
 * ``forward``: bare model forwards. One target step verifies ``tokens`` new tokens for each of B
   requests on top of ``context_len`` cached tokens: one forward of ``[B, tokens]`` plus
   ``lm_head`` on every new token. One draft step is the same forward of the draft model
@@ -29,7 +32,8 @@ Format (``trtspec.cost_table/v1``, read by ``trtspec plan --calibration``)::
     {"format": "trtspec.cost_table/v1", "device": "cpu (...)",
      "target": {"<B>": {"<tokens_per_request>": seconds}}, "draft": {...}, "source": "...",
      "context_len": int, "batch_contexts": {"<B>": int}, "dtype": str, "warmup": int, "repeats": int,
-     "sample": {"target": {...}, "draft": {...}}}          # only with verify including "sample" (engine method)
+     "sample": {"target": {...}, "draft": {...}},         # only with verify including "sample" (engine method)
+     "catch_up": {"<B>": {"<backlog>": seconds}}}         # engine method, drafters with their own cache
 """
 from __future__ import annotations
 
@@ -40,6 +44,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from trtspec.bench.steps import with_draft_len
 
 COST_TABLE_FORMAT = "trtspec.cost_table/v1"
 METHODS = ("engine", "forward")
@@ -93,7 +99,8 @@ class ProfileConfig:
     batch sizes (engine method), e.g. a workload's longest prompt per batch: attention reads the
     longest context of the batch, so a step costs what its longest request costs; ``verify``
     (default ('greedy',)): the verification methods timed (engine method), ``sample`` adding the
-    cost table's ``sample`` section.
+    cost table's ``sample`` section; ``catch_up_tokens`` (default 2, 8, 32, 128; engine method): the
+    drafter's backlogs timed for the ``catch_up`` section (capped by the target's context).
     """
 
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -108,6 +115,7 @@ class ProfileConfig:
     clock: str = "wall"
     batch_contexts: tuple[tuple[int, int], ...] = ()
     verify: tuple[str, ...] = ("greedy",)
+    catch_up_tokens: tuple[int, ...] = (2, 8, 32, 128)
 
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
@@ -117,6 +125,7 @@ class ProfileConfig:
         object.__setattr__(self, "batch_sizes", _ints(self.batch_sizes, "batch_sizes"))
         object.__setattr__(self, "tokens", _ints(self.tokens, "tokens"))
         object.__setattr__(self, "draft_tokens", _ints(self.draft_tokens, "draft_tokens"))
+        object.__setattr__(self, "catch_up_tokens", _ints(self.catch_up_tokens, "catch_up_tokens"))
         if self.context_len < 1:
             raise ValueError(f"context_len={self.context_len}: expected >= 1")
         if self.warmup < 0 or self.repeats < 1:
@@ -418,8 +427,6 @@ def profile_pipeline(pipe: Any, cfg: ProfileConfig, *, progress: Callable[[], No
     module docstring): one engine per (B, D) and verification method (sharing the models),
     ``warmup`` untimed steps each, then ``repeats`` rounds of one timed step of every cell in turn,
     the median per point. Extra sections: ``sample`` when ``cfg.verify`` has it."""
-    from trtspec.bench.steps import with_draft_len
-
     cells = {(v, b, t - 1): _EngineCell(with_draft_len(pipe, t - 1), b, t - 1, cfg.context_for(b), cfg,
                                         sampled=v == "sample")
              for v in cfg.verify for b in cfg.batch_sizes for t in cfg.tokens}
@@ -436,7 +443,51 @@ def profile_pipeline(pipe: Any, cfg: ProfileConfig, *, progress: Callable[[], No
     tables = {v: _fold(cfg, {(b, d): x for (vv, b, d), x in samples.items() if vv == v}) for v in cfg.verify}
     target, draft = tables["greedy"]
     extra = {"sample": {"target": tables["sample"][0], "draft": tables["sample"][1]}} if "sample" in tables else {}
+    feeds = measure_catch_up(with_draft_len(pipe, 1), cfg)
+    if feeds:
+        extra["catch_up"] = feeds
     return target, draft, extra
+
+
+def measure_catch_up(pipe: Any, cfg: ProfileConfig) -> dict[str, dict[str, float]]:
+    """``{B: {U: seconds}}``: the drafter feeding B newcomers' prompts, a backlog of U tokens each (its
+    prefill at admission, timed alone on ``cfg.clock``; a static engine of ``pipe``), for B in
+    ``cfg.batch_sizes`` and U in ``cfg.catch_up_tokens``; the cells take turns, the median of
+    ``cfg.repeats`` after ``cfg.warmup``. Empty for a drafter that keeps no cache (nothing to feed)."""
+    import torch
+
+    ctx = int(pipe.target.config.max_position_embeddings)
+    backlogs = sorted({min(u, ctx - 2) for u in cfg.catch_up_tokens if u >= 2})
+    sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
+    now, gen, vocab = clock_fn(cfg.clock), torch.Generator().manual_seed(11), pipe.target.config.vocab_size
+    engines = {(b, u): pipe.engine(max_batch_size=b, max_seq_len=u + 2) for b in cfg.batch_sizes for u in backlogs}
+    timed: dict[tuple[int, int], list[float]] = {k: [] for k in engines}
+    backlog: dict[tuple[int, int], int] = {}   # the backlog each cell's prompts really leave (drafters differ)
+    for k, eng in engines.items():
+        drafter, orig = eng.drafter, eng.drafter.prefill
+
+        def prefill(reqs, drafter=drafter, orig=orig, key=k):
+            backlog[key] = max(drafter.backlog(r) for r in reqs)
+            if backlog[key] < 2:   # nothing to feed: a drafter without a cache
+                return orig(reqs)
+            sync()
+            t0 = now()
+            orig(reqs)
+            sync()
+            timed[key].append(now() - t0)
+
+        drafter.prefill = prefill
+    for rnd in range(cfg.warmup + cfg.repeats):
+        for (b, u), eng in engines.items():
+            for i in range(b):
+                eng.add_request(i, torch.randint(0, vocab, (u,), generator=gen).tolist())
+            eng.admit()
+            for i in range(b):
+                eng.abort(i)
+            if rnd < cfg.warmup:
+                timed[b, u].clear()
+    return {str(b): {str(backlog[b, u]): statistics.median(timed[b, u]) for u in backlogs if timed[b, u]}
+            for b in cfg.batch_sizes if any(timed[b, u] for u in backlogs)}
 
 
 def _fold(cfg: ProfileConfig, samples: dict[tuple[int, int], list[tuple[float, float]]]):

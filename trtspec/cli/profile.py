@@ -40,6 +40,9 @@ def _csv(values) -> str:
               help="New tokens per request of a target step (D+1 for a chain of D drafts).")
 @click.option("--draft-tokens", default=_csv(_D.draft_tokens), callback=_ints, show_default=True,
               help="Tokens per request of a draft step (1 = one autoregressive draft token).")
+@click.option("--catch-up-tokens", default=_csv(_D.catch_up_tokens), callback=_ints, show_default=True,
+              help="Backlogs U timed for the table's 'catch_up' section (--method engine; a drafter with its own "
+                   "cache feeding U committed tokens per request: what adaptive speculation pays to start drafting).")
 @click.option("--context-len", type=int, default=_D.context_len, show_default=True,
               help="Cached tokens per request before the step.")
 @click.option("--warmup", type=int, default=_D.warmup, show_default=True, help="Untimed calls per point.")
@@ -58,7 +61,7 @@ def _csv(values) -> str:
 @click.option("--out", type=click.Path(path_type=Path), default=Path("cost_table.json"), show_default=True,
               help="Where to write the cost table (read by `trtspec plan --calibration`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON on stdout.")
-def profile(target, draft, drafter, batch_sizes, tokens, draft_tokens, context_len, warmup, repeats, device, dtype,
+def profile(target, draft, drafter, batch_sizes, tokens, draft_tokens, catch_up_tokens, context_len, warmup, repeats, device, dtype,
             clock, method, verify, out, as_json):
     """Measure the target's step time T(B, tokens per request) and the draft model's step time on
     this device (warm-up, repeats, median) and write cost_table.json for `trtspec plan --calibration`."""
@@ -71,6 +74,7 @@ def profile(target, draft, drafter, batch_sizes, tokens, draft_tokens, context_l
     console = Console(stderr=True)
     try:
         cfg = ProfileConfig(batch_sizes=batch_sizes, tokens=tokens, draft_tokens=draft_tokens,
+                            catch_up_tokens=catch_up_tokens,
                             context_len=context_len, warmup=warmup, repeats=repeats, device=device, dtype=dtype,
                             method=method, clock=clock, verify=tuple(v.strip() for v in verify.split(",")))
     except ValueError as e:

@@ -96,7 +96,6 @@ class Engine:
         self.free_rows = list(range(max_batch_size))[::-1]
         self.waiting: list[Request] = []
         self.running: list[Request] = []
-        self.unfed: list[Request] = []   # admitted while drafting with learned prices: the drafter's prefill is due
         self.ids: set = set()
         self.added = 0                 # requests added so far: the index of a derived seed
         self.step_count = 0
@@ -174,11 +173,8 @@ class Engine:
         for r in new:
             r.cache_len = len(r.tokens) - 1
         self.drafter.admit(new, aux)
-        if self.controller is None or self.controller.drafting:   # else its catch-up waits for a draft
-            if self.controller is not None and self.controller.clock is not None:
-                self.unfed += new   # step prices are learned: the drafter's prefill runs in the next, timed step
-            else:
-                self.drafter.prefill(new)
+        if self.controller is None:   # adaptive: the first step that drafts feeds it, priced as the catch-up
+            self.drafter.prefill(new)
         self.running += new
 
     # -- one step --------------------------------------------------------------------------------
@@ -244,13 +240,11 @@ class Engine:
         if not reqs:
             return []
         c_start = self._cost_clock()
-        if self.unfed:
-            live = {id(r) for r in reqs}
-            self.drafter.prefill([r for r in self.unfed if id(r) in live])
-            self.unfed = []
         t0 = time.perf_counter()
         method = self._method(reqs)
-        depths = self._depths(reqs, method)
+        depths, catch_up = self._depths(reqs, method)
+        if self.controller is not None and max(depths) > 0:
+            self.drafter.prefill(reqs)   # newcomers' prompts first, unpadded by the others' catch-up
         prop = self.drafter.propose(reqs, depths, self.spec.branching, self._draft_mode(reqs, method))
         t1 = time.perf_counter()
         logits, aux = self._score(reqs, prop)                                       # [B, N, V]
@@ -264,7 +258,8 @@ class Engine:
         outputs = self._commit(reqs, prop, acc, path, bonus, new_lens, aux)
         t3 = time.perf_counter()
         if c_start is not None:   # what this step cost as served (admissions aside), on the table's clock
-            self.controller.observe_cost(method, len(reqs), max(depths), self._cost_clock() - c_start)
+            self.controller.observe_cost(method, len(reqs), max(depths), self._cost_clock() - c_start,
+                                         catch_up=catch_up)
         self.step_count += 1
         for st in [r.stats for r in reqs] + [self.stats]:
             st.draft_time_s += t1 - t0
@@ -287,14 +282,17 @@ class Engine:
             return None
         return time.perf_counter() if clock == "wall" else time.thread_time()
 
-    def _depths(self, reqs, method: str) -> list[int]:
+    def _depths(self, reqs, method: str) -> tuple[list[int], float]:
         """This step's draft depth per request: the schedule's (static) or the controller's (adaptive),
-        each capped by the request's token budget."""
+        each capped by the request's token budget; and the drafter's catch-up the controller priced."""
         if self.controller is None:
             D = self.spec.depth_for_batch(len(reqs))
-            return [self._depth(r, D) for r in reqs]
+            return [self._depth(r, D) for r in reqs], 0.0
         caps = [self._depth(r, self.spec.max_depth) for r in reqs]
-        return self.controller.choose([r.request_id for r in reqs], caps, method).depths
+        remaining = [min(r.params.max_new_tokens - r.generated, self.max_seq_len - len(r.tokens)) for r in reqs]
+        choice = self.controller.choose([r.request_id for r in reqs], caps, method,
+                                        backlog=[self.drafter.backlog(r) for r in reqs], remaining=remaining)
+        return choice.depths, choice.catch_up
 
     def _verify(self, reqs, prop, logits, method):
         """-> accepted_len int32 ``[B]``, accepted path int32 ``[B, max_depth+1]`` (root first), bonus int64 ``[B]``."""

@@ -77,7 +77,11 @@ class Drafter:
 
     def prefill(self, reqs) -> None:
         """Optionally feed newly admitted requests' prompts now (after :meth:`admit`) rather than at their
-        first proposal; the engine skips it while nothing is drafted (adaptive speculation at depth 0)."""
+        first proposal; an adaptive engine calls it at the start of a step that drafts, for the batch."""
+
+    def backlog(self, req) -> int:
+        """Committed tokens the drafter must feed for ``req`` before it drafts (0: it keeps no cache)."""
+        return 0
 
     def propose(self, reqs, depths: list[int], branching: int, mode: DraftMode) -> Proposal:
         raise NotImplementedError

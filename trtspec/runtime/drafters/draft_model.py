@@ -59,6 +59,9 @@ class DraftModelDrafter(TreeDrafter):
         self.seen.pop(req.row, None)
         self.fed.pop(req.row, None)
 
+    def backlog(self, req):
+        return len(req.tokens) - self.seen.get(req.row, 0)
+
     def catch_up(self, reqs):
         """Feed ``r.tokens[seen:]`` (root last) causally; returns root logits ``[B, V]``, None, base ``[B]``."""
         hidden, lens, counts = self._feed_tokens(reqs, [r.tokens[self.seen[r.row]:] for r in reqs])

@@ -74,6 +74,9 @@ class EntryDrafter(TreeDrafter):
         self.seen.pop(req.row, None)
         self.pending.pop(req.row, None)
 
+    def backlog(self, req):
+        return len(self.pending[req.row][1]) if req.row in self.pending else 0
+
     def catch_up(self, reqs):
         """Feed the pending entries causally; returns (logits ``[B, V']``, state ``[B, E]``, slot of the last entry)."""
         logits, states, lens, counts = self._run_pending(reqs, [len(self.pending[r.row][1]) for r in reqs])
