@@ -293,19 +293,26 @@ def test_probes_are_rare_and_not_switches_on_a_losing_stream():
     assert 0 < ctl.probes <= 3200 // 16 and sum(d > 0 for d in seen[100:]) <= 3100 // 16 + 4 * ctl.switches
 
 
-def churning_stream(ctl, rng, steps, batch=6, method="greedy", fresh=False):
+def churning_stream(ctl, rng, steps, batch=6, method="greedy", fresh=False, catch_up=False):
     """Requests of random acceptance joining and leaving; returns every step's (depth, depths).
-    ``fresh``: forget the last choice before every step (the uncached path)."""
+    ``fresh``: forget the last choice before every step (the uncached path); ``catch_up``: pass each
+    request's drafter backlog (its prompt of 20 tokens, then one more per step it drafts nothing) and
+    remaining tokens (200 at first)."""
     ids, nxt, out = list(range(batch)), batch, []
     truth = {i: rng.choice((0.1, 0.5, 0.9)) for i in ids}
+    backlog, left = {i: 20 for i in ids}, {i: 200 for i in ids}
     for _ in range(steps):
         if rng.random() < 0.2:   # one request leaves, another joins
             ids.remove(rng.choice(ids))
             ids.append(nxt)
-            truth[nxt], nxt = rng.choice((0.1, 0.5, 0.9)), nxt + 1
+            truth[nxt], backlog[nxt], left[nxt], nxt = rng.choice((0.1, 0.5, 0.9)), 20, 200, nxt + 1
         if fresh:
             ctl._last = None
-        c = ctl.choose(ids, [rng.choice((3, 4, 4, 4)) if rng.random() < 0.1 else 4 for _ in ids], method)
+        caps = [rng.choice((3, 4, 4, 4)) if rng.random() < 0.1 else 4 for _ in ids]
+        extra = dict(backlog=[backlog[i] for i in ids], remaining=[left[i] for i in ids]) if catch_up else {}
+        c = ctl.choose(ids, caps, method, **extra)
+        for i, d in zip(ids, c.depths):
+            backlog[i], left[i] = (1 if c.depth else backlog[i] + 1), max(left[i] - 1 - d, 1)
         out.append((c.depth, c.depths))
         ctl.observe(ids, c.depths, [bernoulli_step(rng, (truth[i],), d) for i, d in zip(ids, c.depths)], method)
     return out
@@ -323,6 +330,22 @@ def test_reused_choice_equals_a_fresh_one(draft_s):
     assert a == b
     assert fresh.reused == 0
     if draft_s > 1:   # a batch drafting nothing learns nothing: most steps reuse the last evaluation
+        assert sum(d == 0 for d, _ in a) > 550 and cached.reused > 150
+
+
+@pytest.mark.parametrize("draft_s", [0.28, 1.2, 10.0], ids=["drafting", "near", "idle"])
+def test_reused_choice_equals_a_fresh_one_while_the_catch_up_grows(draft_s):
+    """An idle batch's backlog grows every step, and with it the catch-up charge: the last evaluation is
+    reused while it chose drafting nothing (a larger charge only lowers drafting's rates), and every
+    choice still equals a fresh controller's."""
+    doc = catch_up_table(feed_per_token=0.3)
+    doc["draft"] = {b: {"1": float(b) * draft_s} for b in doc["draft"]}
+    costs = StepCosts(doc)
+    cached, fresh = (Controller(AdaptiveConfig(costs, prior=(0.7,), min_dwell=2), 4) for _ in range(2))
+    a = churning_stream(cached, random.Random(8), 600, catch_up=True)
+    b = churning_stream(fresh, random.Random(8), 600, fresh=True, catch_up=True)
+    assert a == b and fresh.reused == 0
+    if draft_s > 5:
         assert sum(d == 0 for d, _ in a) > 550 and cached.reused > 150
 
 

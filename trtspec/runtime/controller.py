@@ -253,6 +253,7 @@ class ServedCosts:
         self.last: dict[tuple, int] = {}          # (section, band, M) -> the controller's step that measured it
         self.published: dict[tuple, float] = {}
         self.version = 0
+        self._factors: dict[tuple, float] = {}    # factor() per key, until the published values change
 
     @staticmethod
     def band(batch: int) -> int:
@@ -260,6 +261,12 @@ class ServedCosts:
 
     def factor(self, section: str, band: int, depth: int) -> float:
         """The published factor of (band, depth), else borrowed as the class docstring says, else 1."""
+        got = self._factors.get((section, band, depth))
+        if got is None:
+            got = self._factors[section, band, depth] = self._factor(section, band, depth)
+        return got
+
+    def _factor(self, section: str, band: int, depth: int) -> float:
         got = self.published.get((section, band, depth))
         if got is not None:
             return got
@@ -289,6 +296,7 @@ class ServedCosts:
         if pub is None or abs(value - pub) > self.PUBLISH * pub:
             self.published[key] = value
             self.version += 1
+            self._factors.clear()
 
     def age(self, section: str, batch: int, depth: int, step: int) -> float:
         """Steps since the band last measured ``depth`` (inf: never)."""
@@ -446,8 +454,9 @@ class Controller:
         self.reused = 0                        # choices that reused the last evaluation
         self._prev_kind: bool | None = None    # whether the last step timed drafted
         self._explore_next: int | None = None  # the depth an exploring run serves next
-        self._last: tuple | None = None        # (key, per-depth results) of the last choice: reused while
-        #                                        the batch, its caps, the method and every estimate are unchanged
+        self._last: tuple | None = None        # (key, catch-up charge, per-depth results) of the last choice:
+        #                                        reused while the batch, its caps, the method and every estimate
+        #                                        are unchanged (see _reusable)
 
     # -- estimates ---------------------------------------------------------------------------
     def _pool(self, method: str) -> list[float]:
@@ -607,16 +616,15 @@ class Controller:
         ids = [request_ids[i] for i in perm]
         caps_p = [caps[i] for i in perm]
         top = max(caps_p, default=0)
-        key = (method, tuple(ids), tuple(caps_p), self._version, self.served.version if self.learns(method) else 0,
-               per_token)
-        if self._last is not None and self._last[0] == key:   # nothing the choice depends on has changed
-            found = self._last[1]
+        key = (method, tuple(ids), tuple(caps_p), self._version, self.served.version if self.learns(method) else 0)
+        if self._reusable(key, per_token):   # nothing the choice depends on has changed
+            found = self._last[2]
             self.reused += 1
         else:
             ests = [self._state(rid, method) for rid in ids]
             costs = self.cfg.costs
             found = {M: self._best_for_depth(costs, method, ests, caps_p, M, per_token) for M in range(top + 1)}
-            self._last = (key, found)
+            self._last = (key, per_token, found)
         rates = {M: r for M, (r, _) in found.items()}
         margin = 1.0 + self.cfg.draft_margin
         score = {M: r / margin if M else r for M, r in rates.items()}   # drafting must beat nothing by the margin
@@ -651,6 +659,20 @@ class Controller:
         for j, i in enumerate(perm):
             depths[i] = depths_p[j]
         return Choice(depths, M, rates, switched, probe, catch if M else 0.0)
+
+    def _reusable(self, key: tuple, per_token: float) -> bool:
+        """Whether the last evaluation decides this step too: the same inputs, or the same but a larger
+        catch-up charge while the batch drafts nothing by that evaluation's own choice -- a larger charge only
+        lowers the rates of drafting, so drafting nothing stays the best (the backlog of an idle batch grows
+        every step)."""
+        if self._last is None or self._last[0] != key:
+            return False
+        last_q, found = self._last[1], self._last[2]
+        if per_token == last_q:
+            return True
+        idle = self.current == 0 and max(found, key=lambda M: (found[M][0] / (1.0 + self.cfg.draft_margin)
+                                                                if M else found[M][0], -M)) == 0
+        return idle and per_token > last_q
 
     def _catch_up(self, batch: int, backlog, remaining) -> tuple[float, float]:
         """(seconds charged per token a drafting step yields, the one-off) for the batch's backlog."""
