@@ -454,7 +454,7 @@ class Controller:
         self.reused = 0                        # choices that reused the last evaluation
         self._prev_kind: bool | None = None    # whether the last step timed drafted
         self._explore_next: int | None = None  # the depth an exploring run serves next
-        self._last: tuple | None = None        # (key, catch-up charge, per-depth results) of the last choice:
+        self._last: tuple | None = None        # (key, caps, catch-up charge, per-depth results) of the last choice:
         #                                        reused while the batch, its caps, the method and every estimate
         #                                        are unchanged (see _reusable)
 
@@ -616,15 +616,15 @@ class Controller:
         ids = [request_ids[i] for i in perm]
         caps_p = [caps[i] for i in perm]
         top = max(caps_p, default=0)
-        key = (method, tuple(ids), tuple(caps_p), self._version, self.served.version if self.learns(method) else 0)
-        if self._reusable(key, per_token):   # nothing the choice depends on has changed
-            found = self._last[2]
+        key = (method, tuple(ids), self._version, self.served.version if self.learns(method) else 0)
+        if self._reusable(key, caps_p, per_token):   # nothing the choice depends on has changed
+            found = self._last[3]
             self.reused += 1
         else:
             ests = [self._state(rid, method) for rid in ids]
             costs = self.cfg.costs
             found = {M: self._best_for_depth(costs, method, ests, caps_p, M, per_token) for M in range(top + 1)}
-            self._last = (key, per_token, found)
+            self._last = (key, caps_p, per_token, found)
         rates = {M: r for M, (r, _) in found.items()}
         margin = 1.0 + self.cfg.draft_margin
         score = {M: r / margin if M else r for M, r in rates.items()}   # drafting must beat nothing by the margin
@@ -660,19 +660,19 @@ class Controller:
             depths[i] = depths_p[j]
         return Choice(depths, M, rates, switched, probe, catch if M else 0.0)
 
-    def _reusable(self, key: tuple, per_token: float) -> bool:
-        """Whether the last evaluation decides this step too: the same inputs, or the same but a larger
-        catch-up charge while the batch drafts nothing by that evaluation's own choice -- a larger charge only
-        lowers the rates of drafting, so drafting nothing stays the best (the backlog of an idle batch grows
-        every step)."""
+    def _reusable(self, key: tuple, caps: list[int], per_token: float) -> bool:
+        """Whether the last evaluation decides this step too: the same inputs, or the same requests and
+        estimates with caps no larger and a catch-up charge no smaller while the batch drafts nothing by that
+        evaluation's own choice -- both only lower the rates of drafting, so drafting nothing stays the best
+        (an idle batch's backlog grows every step, and its requests' caps shrink as they near their end)."""
         if self._last is None or self._last[0] != key:
             return False
-        last_q, found = self._last[1], self._last[2]
-        if per_token == last_q:
+        last_caps, last_q, found = self._last[1], self._last[2], self._last[3]
+        if caps == last_caps and per_token == last_q:
             return True
         idle = self.current == 0 and max(found, key=lambda M: (found[M][0] / (1.0 + self.cfg.draft_margin)
                                                                 if M else found[M][0], -M)) == 0
-        return idle and per_token > last_q
+        return idle and per_token >= last_q and all(c <= d for c, d in zip(caps, last_caps))
 
     def _catch_up(self, batch: int, backlog, remaining) -> tuple[float, float]:
         """(seconds charged per token a drafting step yields, the one-off) for the batch's backlog."""
