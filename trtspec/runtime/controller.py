@@ -62,7 +62,9 @@ the same prompts accept differently).
 
 Cost. A choice whose inputs (the batch, its caps, the method, every estimate) did not change since
 the last step reuses the last evaluation -- a batch drafting nothing learns nothing, so this is
-most steps there -- and step prices are memoized per shape.
+most steps there; so does one whose batch drafts nothing by the last evaluation's choice while only
+its caps shrank or its catch-up charge grew, which only lower drafting's rates -- and step prices
+are memoized per shape.
 
 Prices as served. The table times bare steps; a served step also pays a drafter's catch-up, the
 loop's own work, contexts longer than the table's, and a machine slower or faster than when it was
