@@ -494,11 +494,6 @@ class Controller:
         est._derive()
         self._version += 1
 
-    @property
-    def drafting(self) -> bool:
-        """Whether the batch drafts now (or nothing has been chosen yet)."""
-        return self.current is None or self.current > 0
-
     def observe(self, request_ids: Sequence, drafted: Sequence[int], accepted: Sequence[int],
                 method: str = "greedy") -> None:
         """Fold one step verified by ``method`` into each request's estimates: it drafted ``drafted[i]`` and
