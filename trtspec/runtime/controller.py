@@ -456,7 +456,7 @@ class Controller:
         self.reused = 0                        # choices that reused the last evaluation
         self._prev_kind: bool | None = None    # whether the last step timed drafted
         self._explore_next: int | None = None  # the depth an exploring run serves next
-        self._last: tuple | None = None        # (key, caps, catch-up charge, per-depth results) of the last choice:
+        self._last: tuple | None = None        # (key, caps, catch-up charge, per-depth results, best M) of the last evaluation:
         #                                        reused while the batch, its caps, the method and every estimate
         #                                        are unchanged (see _reusable)
 
@@ -614,18 +614,20 @@ class Controller:
         caps_p = [caps[i] for i in perm]
         top = max(caps_p, default=0)
         key = (method, tuple(ids), self._version, self.served.version if self.learns(method) else 0)
-        if self._reusable(key, caps_p, per_token):   # nothing the choice depends on has changed
+        reused = self._reusable(key, caps_p, per_token)
+        if reused:   # nothing the choice depends on has changed
             found = self._last[3]
             self.reused += 1
         else:
             ests = [self._state(rid, method) for rid in ids]
             costs = self.cfg.costs
             found = {M: self._best_for_depth(costs, method, ests, caps_p, M, per_token) for M in range(top + 1)}
-            self._last = (key, caps_p, per_token, found)
         rates = {M: r for M, (r, _) in found.items()}
         margin = 1.0 + self.cfg.draft_margin
         score = {M: r / margin if M else r for M, r in rates.items()}   # drafting must beat nothing by the margin
         best = max(score, key=lambda M: (score[M], -M))
+        if not reused:
+            self._last = (key, caps_p, per_token, found, best)
         switched = False
         self.since += 1
         if self.current is None:
@@ -664,11 +666,10 @@ class Controller:
         (an idle batch's backlog grows every step, and its requests' caps shrink as they near their end)."""
         if self._last is None or self._last[0] != key:
             return False
-        last_caps, last_q, found = self._last[1], self._last[2], self._last[3]
+        last_caps, last_q = self._last[1], self._last[2]
         if caps == last_caps and per_token == last_q:
             return True
-        idle = self.current == 0 and max(found, key=lambda M: (found[M][0] / (1.0 + self.cfg.draft_margin)
-                                                                if M else found[M][0], -M)) == 0
+        idle = self.current == 0 and self._last[4] == 0
         return idle and per_token >= last_q and all(c <= d for c, d in zip(caps, last_caps))
 
     def _catch_up(self, batch: int, backlog, remaining) -> tuple[float, float]:
