@@ -119,6 +119,20 @@ def test_an_adaptive_engine_feeds_a_newcomers_prompt_to_the_drafter_in_the_first
     assert idle.stats.drafts == 0 and idle.drafter.backlog(r) == len(r.tokens)   # nothing fed while idle
 
 
+def test_the_engine_learns_how_often_a_finished_requests_slot_stays_empty(dirs):
+    """Three requests for two rows: when "a" finishes, "c" waits and takes its row in the next step (its
+    slot did not stay empty); when the next one finishes nothing waits (it did): the share is 1 / 2."""
+    pipe = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive", adaptive=lively())
+    eng = pipe.engine(max_batch_size=2)
+    for rid, n in (("a", 2), ("b", 12), ("c", 30)):
+        eng.add_request(rid, PROMPTS[len(rid) % len(PROMPTS)], SamplingParams(max_new_tokens=n))
+    done = []
+    while eng.has_work():
+        done += [o.request_id for o in eng.step() if o.finished]
+    assert done == ["a", "b", "c"]
+    assert eng.controller._vacancy == [0.5, 2] and eng.controller.vacancy == 0.5
+
+
 def test_drafting_priced_out_drafts_nothing(dirs):
     pipe = load_pipeline(dirs["target"], dirs["draft"], draft_len=4, speculation="adaptive",
                          adaptive=AdaptiveConfig(costs(draft_s=500.0), prior=(0.9,)))

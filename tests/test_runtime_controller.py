@@ -44,7 +44,7 @@ def rate_of(costs, gains, depths, packed, branching=1, margin=0.0):
 
 
 def controller_with(rng, costs, batch, max_depth, hysteresis=0.0):
-    ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), hysteresis=hysteresis, min_dwell=0), max_depth)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), hysteresis=hysteresis, min_dwell=0, evidence=0), max_depth)
     ids = [f"req{i}" for i in range(batch)]
     for rid in ids:   # each request its own acceptance estimates
         ctl.seed(rid, [rng.choice((0.0, 0.05, 0.3, 0.6, 0.9, 0.99, 1.0)) for _ in range(max_depth)])
@@ -79,7 +79,7 @@ def test_a_near_tie_with_drafting_nothing_goes_to_drafting_nothing():
     for gain, margin, drafts in ((1.03, 0.05, False), (1.03, 0.0, True), (1.08, 0.05, True)):
         a = 1.25 * gain - 1.0   # rate(1) / rate(0) = (1 + a) / 1.25 on a table where D = 1 costs 1.25x D = 0
         costs = StepCosts(table({1: {1: 1.0, 2: 1.0}}, {1: 0.25}))
-        ctl = Controller(AdaptiveConfig(costs, prior=(a,), draft_margin=margin), 1)
+        ctl = Controller(AdaptiveConfig(costs, prior=(a,), draft_margin=margin, evidence=0), 1)
         choice = ctl.choose(["r"], [1])
         assert choice.rates[1] / choice.rates[0] == pytest.approx(gain)
         assert (choice.depth == 1) == drafts, (gain, margin)
@@ -267,15 +267,64 @@ def test_probes_recover_from_a_pessimistic_prior():
     """Prior a = 0.2 says draft nothing; the requests accept 0.9: one-token probes find that out."""
     costs = near_tie_table()
     rng = random.Random(9)
-    ctl = Controller(AdaptiveConfig(costs, prior=(0.2,), probe_every=16), 8)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.2,), probe_every=16, evidence=0), 8)
     ids, depths = list(range(8)), []
     for _ in range(400):
         c = ctl.choose(ids, [8] * 8)
         depths.append(c.depth)
         ctl.observe(ids, c.depths, [bernoulli_step(rng, (0.9,), d) for d in c.depths])
     assert depths[0] == 0 and ctl.probes >= 1 and min(depths[-100:]) >= 4
-    never = Controller(AdaptiveConfig(costs, prior=(0.2,)), 8)   # probes are off by default
+    never = Controller(AdaptiveConfig(costs, prior=(0.2,), evidence=0), 8)   # probes are off by default
     assert all(never.choose(ids, [8] * 8).depth == 0 for _ in range(100)) and never.probes == 0
+
+
+def test_evidence_probes_recover_from_a_pessimistic_prior_by_default():
+    """Prior a = 0.2 says draft nothing; the requests accept 0.9. With no evidence in the pool a batch
+    that would draft nothing drafts one token per request until the pool has seen ``evidence``
+    request-steps at position 1 -- then the estimates, not the prior, decide: it drafts for good."""
+    costs = near_tie_table()
+    rng = random.Random(9)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.2,)), 8)
+    assert ctl.cfg.evidence == 16 and ctl.cfg.probe_every == 0
+    ids, seen = list(range(8)), []
+    for _ in range(200):
+        c = ctl.choose(ids, [8] * 8)
+        seen.append((c.depth, c.probe))
+        ctl.observe(ids, c.depths, [bernoulli_step(rng, (0.9,), d) for d in c.depths])
+    assert seen[:2] == [(1, True), (1, True)]          # 2 steps x 8 requests = 16 request-steps
+    assert ctl.probes == 2 and not ctl.needs_evidence("greedy")
+    assert min(d for d, _ in seen[-100:]) >= 4 and not any(p for _, p in seen[2:])
+    # the same start where the requests really accept 0.2: two probes, then drafting nothing for good
+    rng = random.Random(9)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.2,)), 8)
+    seen = []
+    for _ in range(200):
+        c = ctl.choose(ids, [8] * 8)
+        seen.append(c.depth)
+        ctl.observe(ids, c.depths, [bernoulli_step(rng, (0.2,), d) for d in c.depths])
+    assert seen[:2] == [1, 1] and set(seen[2:]) == {0} and ctl.probes == 2
+
+
+def test_the_pool_is_a_running_mean_over_the_prior_until_the_ema_takes_over():
+    """The prior counts as ``prior_weight`` request-steps: after n request-steps with h accepted at
+    position 1 the pool holds (prior_weight * prior + h) / (prior_weight + n), in one step or many."""
+    costs = near_tie_table()
+    for steps in ([(4, 3)], [(1, 1), (1, 0), (2, 2)]):   # (request-steps, accepted) per step
+        ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), prior_weight=4.0, evidence=0), 1)
+        for n, h in steps:
+            ids = [f"r{len(ctl.pool_n.get('greedy', [0]))}-{i}" for i in range(n)]
+            ctl.observe(ids, [1] * n, [1] * h + [0] * (n - h))
+        assert ctl.pool[0] == pytest.approx((4.0 * 0.5 + 3) / (4.0 + 4))
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.5,), prior_weight=4.0, pool=0.05, evidence=0), 1)
+    for i in range(200):                                   # long after: the EMA's weight, not 1 / n
+        ctl.observe([i], [1], [1])
+    before = ctl.pool[0]
+    ctl.observe(["x"], [1], [0])
+    assert ctl.pool[0] == pytest.approx(before * 0.95)
+    with pytest.raises(ValueError, match="prior_weight"):
+        AdaptiveConfig(costs, prior_weight=0.0)
+    with pytest.raises(ValueError, match="evidence"):
+        AdaptiveConfig(costs, evidence=-1)
 
 
 def test_no_probe_where_even_full_acceptance_cannot_pay():
@@ -283,7 +332,7 @@ def test_no_probe_where_even_full_acceptance_cannot_pay():
     target = {b: {t: b * 10.0 * t * 1.5 for t in range(1, 10)} for b in (1, 8)}
     costs = StepCosts(table(target, {1: 1.0, 8: 8.0}))
     ctl, seen = run_stream(costs, lambda i: (0.99,), 500, probe_every=16)
-    assert set(seen) == {0} and ctl.probes == 0
+    assert set(seen) == {0} and ctl.probes == 0 and ctl.needs_evidence("greedy")   # nor for evidence
 
 
 def test_probes_are_rare_and_not_switches_on_a_losing_stream():
@@ -353,7 +402,7 @@ def test_sampled_and_greedy_steps_keep_separate_pools():
     """Greedy and sampled verification accept different drafts: a sampled stream that accepts
     everything leaves the greedy pool (what greedy newcomers start from) at the prior."""
     costs = near_tie_table()
-    ctl = Controller(AdaptiveConfig(costs, prior=(0.1,), pool=0.05, hysteresis=0.0, min_dwell=0), 4)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.1,), pool=0.05, hysteresis=0.0, min_dwell=0, evidence=0), 4)
     for step in range(100):
         ids = [f"s{step}-{i}" for i in range(4)]
         ctl.choose(ids, [4] * 4, "sample")
@@ -505,13 +554,13 @@ def test_the_drafters_catch_up_is_charged_to_the_batchs_remaining_tokens():
         best = max(rate([M] * B) for M in range(D + 1))
         assert rate(choice.depths) == pytest.approx(best, rel=1e-12), trial
         assert choice.catch_up == (C if choice.depth else 0.0)
-    ctl = Controller(AdaptiveConfig(costs, prior=(0.9,), min_dwell=0), 4)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.9,), min_dwell=0, evidence=0), 4)
     far, near = ctl.choose(["a"], [4], backlog=[100], remaining=[400]), None
-    ctl = Controller(AdaptiveConfig(costs, prior=(0.9,), min_dwell=0), 4)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.9,), min_dwell=0, evidence=0), 4)
     near = ctl.choose(["a"], [4], backlog=[100], remaining=[6])
     assert far.depth > 0 and near.depth == 0   # the same backlog: repaid over 400 tokens, not over 6
-    steady = Controller(AdaptiveConfig(costs, prior=(0.9,)), 4).choose(["a"], [4], backlog=[2], remaining=[6])
-    plain = Controller(AdaptiveConfig(costs, prior=(0.9,)), 4).choose(["a"], [4])
+    steady = Controller(AdaptiveConfig(costs, prior=(0.9,), evidence=0), 4).choose(["a"], [4], backlog=[2], remaining=[6])
+    plain = Controller(AdaptiveConfig(costs, prior=(0.9,), evidence=0), 4).choose(["a"], [4])
     assert steady.depth == plain.depth > 0 and steady.catch_up == 0.0   # a steady step's feed is in the table
     with pytest.raises(ValueError, match="backlog and remaining"):
         ctl.choose(["a"], [4], backlog=[3])
@@ -522,7 +571,7 @@ def test_a_new_batch_size_lifts_the_dwell():
     batch that grew: a depth chosen at B = 1 goes at B = 8, where drafting loses, at once."""
     target = {1: {t: 10.0 for t in range(1, 10)}, 8: {t: 8 * (10.0 + 8.0 * (t - 1)) for t in range(1, 10)}}
     costs = StepCosts(table(target, {1: 0.5, 8: 8.0}))
-    ctl = Controller(AdaptiveConfig(costs, prior=(0.8,), min_dwell=1000), 4)
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.8,), min_dwell=1000, evidence=0), 4)
     assert ctl.choose(["a"], [4]).depth > 0
     ids = ["a"] + [f"n{i}" for i in range(7)]
     assert ctl.choose(ids, [4] * 8).depth == 0 and ctl.switches == 1
@@ -557,3 +606,82 @@ def test_a_step_after_one_of_the_other_kind_is_not_learned():
         ctl.observe_cost("greedy", 1, depth, 5.0)
         grown = {k[2] for k, n in ctl.served.counts.items() if n != before.get(k, 0)}
         assert grown == ({learned} if learned is not None else set()), (depth, grown)
+
+
+def flat_table():
+    """A GPU-like step: its cost hardly depends on the batch (a fixed 10 per step plus 0.1 per token),
+    a draft step 5.3: at a_k = 0.7 and B = 4, D = 1 beats drafting nothing by about 10% per step."""
+    target = {b: {t: 10.0 + 0.1 * b * t for t in range(1, 10)} for b in (1, 2, 4, 8)}
+    return StepCosts(table(target, {b: 5.3 for b in (1, 2, 4, 8)}))
+
+
+def test_turnover_share_is_a_running_mean_over_finished_requests_then_an_ema():
+    ctl = Controller(AdaptiveConfig(flat_table(), evidence=0), 4)
+    ctl.observe_turnover(2, 0)                       # both slots stayed empty
+    ctl.observe_turnover(2, 1)                       # one of two
+    assert ctl._vacancy == [pytest.approx(0.75), 4] and ctl.vacancy == pytest.approx(0.75)
+    version = ctl._version
+    ctl.observe_turnover(1, 1)                       # 0.75 -> 0.6: published, the reuse key moves
+    assert ctl.vacancy == pytest.approx(0.6) and ctl._version == version + 1
+    for _ in range(100):
+        ctl.observe_turnover(1, 1)
+    before = ctl._vacancy[0]
+    ctl.observe_turnover(1, 0)                       # long after: weight 0.1 per finished request
+    assert ctl._vacancy[0] == pytest.approx(before + 0.1 * (1.0 - before))
+    assert ctl.vacancy == 0.0 or abs(ctl.vacancy - ctl._vacancy[0]) <= 0.05
+    off = Controller(AdaptiveConfig(flat_table(), evidence=0, turnover=False), 4)
+    off.observe_turnover(4, 0)
+    assert off.vacancy == 0.0
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+def test_turnover_choice_equals_brute_force_argmax(packed):
+    """The stated rule: every step, drafting nothing too, is charged v / length * L(B, M) per token yielded,
+    L(B, M) = cost(B, M) / B - (cost(B, M) - cost(B - 1, M)) (0 at B = 1); an exact argmax of it."""
+    rng = random.Random(11)
+    for trial in range(80):
+        costs = StepCosts(random_table(rng), packed=packed)
+        B, D = rng.choice((1, 2, 3, 4)), rng.choice((2, 3))
+        ctl, ids = controller_with(rng, costs, B, D)
+        ctl.observe_turnover(1, rng.choice((0, 1)))
+        lengths = [rng.choice((8, 16, 200)) for _ in ids]
+        caps = [rng.choice((0, 1, D, D)) for _ in range(B)]
+        choice = ctl.choose(ids, caps, lengths=lengths)
+        gains = [ctl.gains(r) for r in ids]
+        per_len = ctl.vacancy * math.fsum(1.0 / n for n in lengths) / B
+
+        def rate(d):
+            M = max(d)
+            full = costs.seconds("greedy", B, M + 1, M)
+            loss = max(full / B - (full - costs.seconds("greedy", B - 1, M + 1, M)), 0.0) if B > 1 else 0.0
+            tokens = B + math.fsum(sum(g[:k]) for g, k in zip(gains, d))
+            per = sum(k + 1 for k in d) / B if packed else M + 1
+            return tokens / (costs.seconds("greedy", B, per, M) + tokens * per_len * loss) / (1.05 if M else 1.0)
+
+        best = max(rate(list(d)) for d in itertools.product(*(range(c + 1) for c in caps)))
+        assert rate(choice.depths) == pytest.approx(best, rel=1e-12), (trial, caps, choice.depths)
+
+
+def test_short_requests_whose_slots_stay_empty_draft_nothing_where_a_queue_would_draft():
+    """On a flat step D = 1 wins per step; requests of 8 tokens finish so often while drafting that
+    the slots they leave empty (v = 1: nothing waits) cost more than it wins. With a queue refilling
+    every slot (v = 0), or at B = 1 (no step runs while the slot is empty), it drafts."""
+    costs = flat_table()
+    ids = ["a", "b", "c", "d"]
+    base = AdaptiveConfig(costs, prior=(0.7,), evidence=0)
+    assert Controller(base, 4).choose(ids, [4] * 4, lengths=[8] * 4).depth == 1
+    closed = Controller(base, 4)
+    closed.observe_turnover(1, 0)
+    assert closed.vacancy == 1.0 and closed.choose(ids, [4] * 4, lengths=[8] * 4).depth == 0
+    assert Controller(base, 4).choose(ids, [4] * 4).depth == 1              # no lengths: no charge
+    long = Controller(base, 4)
+    long.observe_turnover(1, 0)
+    assert long.choose(ids, [4] * 4, lengths=[400] * 4).depth == 1          # long requests: rare turnover
+    queued = Controller(base, 4)
+    queued.observe_turnover(1, 1)
+    assert queued.vacancy == 0.0 and queued.choose(ids, [4] * 4, lengths=[8] * 4).depth == 1
+    single = Controller(base, 4)
+    single.observe_turnover(1, 0)
+    assert single.choose(["a"], [4], lengths=[8]).depth == 1
+    with pytest.raises(ValueError, match="lengths"):
+        closed.choose(ids, [4] * 4, lengths=[8, 8])

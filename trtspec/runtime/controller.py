@@ -53,6 +53,22 @@ the one-off: near the end of its requests, after a stretch of drafting nothing, 
 36-43 ms, four decode steps at B = 16). A steady drafting batch has a backlog of one or two tokens:
 nothing to charge.
 
+Turnover (charged when the engine gives each request's token budget ``length_i``). A request that
+finishes leaves its slot empty for the next step unless a request is waiting: in a closed loop (each
+client sends its next request once the last one is answered) the replacement arrives during that
+step. The empty slot still pays the step's fixed part, ``L(B, M) = cost(B, M) / B - (cost(B, M) -
+cost(B - 1, M))`` (nothing at B = 1: no step runs), and drafting makes requests finish in fewer steps,
+so it leaves slots empty more often: every token yielded brings its request ``1 / length_i`` nearer its
+end. With ``v`` the share of finished requests whose slot the next step left empty (learned from the
+engine's steps, :meth:`Controller.observe_turnover`) and ``1 / length`` the batch's mean of
+``1 / length_i``, every step -- drafting nothing too -- is charged per token yielded::
+
+    rate(d) = sum_i E_i(d_i) / (cost(d) + sum_i E_i(d_i) * (C / sum_i remaining_i + v * L(B, M) / length))
+
+(on the demo pair on one CPU core at concurrency 4, with 32-token requests, full-batch steps served
+D = 4 within 1% of drafting nothing, and end to end 11% less: its requests finished three times
+as often, and 40% of its steps ran with an empty slot against 13%).
+
 Seeds. A request joining the batch starts from the engine's pooled estimate: per-position rates
 over every request's recent steps (weight ``pool`` per request-step, folded in once per step from
 exact counts), itself seeded by the prior; so a uniform workload's newcomers start where their
@@ -79,13 +95,22 @@ core at B = 1 the table prefers D = 4 where D = 2 serves 5% more tokens/s).
 Greedy steps only: a sampled step's depths decide which tokens are drawn, so its price never
 depends on timing and seeded sampled outputs stay reproducible.
 
-Probes (off by default). While the batch drafts nothing its estimates cannot learn, so a
-pessimistic prior can keep speculation off; with ``probe_every`` = n, after n steps of drafting
-nothing one step drafts one token for every request -- unless the costs say that no depth could pay
-even if every draft were accepted (``B (M + 1) / cost(M) <= B / cost(0)`` for every M). A probe is
-not a switch of the chosen depth. They are off by default because a drafter with its own cache
-(draft model, EAGLE-3) must first catch up on every token it missed, a cost the table does not
-price: on the demo pair at B = 16 a probe every 16 steps cost 15 % of throughput.
+Evidence. While the batch drafts nothing its estimates cannot learn, so a prior more pessimistic
+than the workload keeps speculation off for good (on the demo pair on one CPU core, sampled code
+prompts accept about 0.8 per position where the pair's profile, greedy, says 0.6: drafting nothing
+was chosen at concurrency 1 where a fixed D = 4 served 6% more). So until a verification method's
+pool has seen ``evidence`` request-steps (default 16) draft position 1, a batch that would draft
+nothing drafts one token per request instead (an evidence probe) -- unless the costs say that no
+depth could pay even if every draft were accepted (``B (M + 1) / cost(M) <= B / cost(0)`` for every
+M). The pool weighs its prior as ``prior_weight`` request-steps (default 8) and is a running mean
+until the EMA weight ``pool`` takes over, so those first steps move it as far as they should. They
+cost a few steps once per method, where a wrong prior costs every step after.
+
+Probes (off by default). With ``probe_every`` = n, after n steps of drafting nothing one step drafts
+one token for every request, under the same condition; it follows a workload that drifts after the
+evidence was gathered. A probe is not a switch of the chosen depth. They are off by default: a
+drafter with its own cache (draft model, EAGLE-3) must first catch up on every token it missed (on
+the demo pair at B = 16 a probe every 16 steps cost 15% of throughput before the catch-up was priced).
 
 Estimates. After a step that drafted d and accepted a, positions ``1..min(d, a+1)`` were reached:
 ``a_ik += ema * ([k <= a] - a_ik)``. Positions the request has not reached follow its level: the
@@ -322,7 +347,11 @@ class AdaptiveConfig:
     newcomers (default 0.02); ``learn``: weight of one step in the served step prices (:class:`ServedCosts`)
     (default 0.1; 0 prices from the table alone; only tables that state their ``clock`` are learned);
     ``explore_every``: while the batch drafts and step prices are learned, one step in this many serves
-    the depth measured longest ago instead of the chosen one (default 16; 0: never).
+    the depth measured longest ago instead of the chosen one (default 16; 0: never); ``evidence``:
+    request-steps at draft position 1 a verification method's pool needs before a batch may draft
+    nothing without an evidence probe (default 16; 0: trust the prior); ``prior_weight``: request-steps
+    the prior counts for in the pool's running mean (default 8); ``turnover``: charge the slots that
+    finishing requests leave empty (default True; see the module docstring).
     """
 
     costs: StepCosts
@@ -336,6 +365,9 @@ class AdaptiveConfig:
     pool: float = 0.02
     learn: float = 0.1
     explore_every: int = 16
+    evidence: int = 16
+    prior_weight: float = 8.0
+    turnover: bool = True
 
     def __post_init__(self):
         prior = tuple(float(a) for a in self.prior)
@@ -352,9 +384,12 @@ class AdaptiveConfig:
             raise ValueError(f"learn: expected in [0, 1], got {self.learn}")
         if not 0.0 <= self.pool < 1.0:
             raise ValueError(f"pool: expected in [0, 1), got {self.pool}")
-        if self.hysteresis < 0 or self.min_dwell < 0 or self.probe_every < 0 or self.explore_every < 0:
-            raise ValueError(f"hysteresis, min_dwell, probe_every and explore_every: expected >= 0, got "
-                             f"{self.hysteresis}, {self.min_dwell}, {self.probe_every}, {self.explore_every}")
+        if min(self.hysteresis, self.min_dwell, self.probe_every, self.explore_every, self.evidence) < 0:
+            raise ValueError(f"hysteresis, min_dwell, probe_every, explore_every and evidence: expected >= 0, got "
+                             f"{self.hysteresis}, {self.min_dwell}, {self.probe_every}, {self.explore_every}, "
+                             f"{self.evidence}")
+        if not self.prior_weight > 0:
+            raise ValueError(f"prior_weight: expected > 0, got {self.prior_weight}")
 
     def prior_at(self, k: int) -> float:
         """Prior conditional acceptance of draft position k (1-based)."""
@@ -441,6 +476,7 @@ class Controller:
         self.prior = [cfg.prior_at(k) for k in range(1, max_depth + 1)]
         self.pools: dict[str, list[float]] = {}     # per verification method: pooled rates, seeds newcomers
         self.pool_seen: dict[str, list[bool]] = {}  # per method: which pool positions a step has reached
+        self.pool_n: dict[str, list[int]] = {}      # per method: request-steps that reached each pool position
         self.estimates: dict[Any, _Estimate] = {}
         self.current: int | None = None        # the batch depth M in force
         self.since = 0                         # steps since M last changed
@@ -454,6 +490,8 @@ class Controller:
         self.served = ServedCosts(cfg.learn) if cfg.learn > 0 and costs.clock is not None else None
         self.clock = costs.clock if self.served is not None else None   # what the engine times its steps on
         self.reused = 0                        # choices that reused the last evaluation
+        self.vacancy = 0.0                     # published share of finished requests whose slot the next step left empty
+        self._vacancy = [0.0, 0]               # (running value, finished requests seen)
         self._prev_kind: bool | None = None    # whether the last step timed drafted
         self._explore_next: int | None = None  # the depth an exploring run serves next
         self._last: tuple | None = None        # (key, caps, catch-up charge, per-depth results, best M) of the last evaluation:
@@ -513,9 +551,11 @@ class Controller:
         self._version += 1
         pool = self._pool(method)
         seen = self.pool_seen.setdefault(method, [False] * self.max_depth)
+        counts = self.pool_n.setdefault(method, [0] * self.max_depth)
         for k, n in enumerate(reached):   # integer counts: the same whatever the batch order
             if n:
-                w = 1.0 - (1.0 - self.cfg.pool) ** n
+                counts[k] += n   # a running mean with the prior as prior_weight request-steps, then the EMA
+                w = max(1.0 - (1.0 - self.cfg.pool) ** n, n / (counts[k] + self.cfg.prior_weight))
                 pool[k] += w * (hits[k] / n - pool[k])
                 seen[k] = True
         self._pool_level(pool, seen)
@@ -559,15 +599,38 @@ class Controller:
         table = self.cfg.costs.seconds(method, batch, tokens, depth) + catch_up
         self.served.observe(METHOD_TABLES[method], batch, depth, seconds, table, self.steps)
 
+    def observe_turnover(self, finished: int, joined: int) -> None:
+        """``finished`` requests finished in a step and the next step admitted ``joined``: fold the
+        share whose slot stayed empty (``max(finished - joined, 0) / finished``) into :attr:`vacancy`, a
+        running mean over finished requests until its weight falls to 0.1 per request; published when it
+        moves by more than 0.05, so that an idle batch keeps reusing its evaluation."""
+        if finished <= 0 or not self.cfg.turnover:
+            return
+        value, seen = self._vacancy
+        seen += finished
+        w = max(1.0 - 0.9 ** finished, finished / seen)
+        value += w * (max(finished - joined, 0) / finished - value)
+        self._vacancy = [value, seen]
+        if abs(value - self.vacancy) > 0.05:
+            self.vacancy = value
+            self._version += 1
+
+    def _slot_loss(self, method: str, batch: int, depth: int) -> float:
+        """Seconds an empty slot costs a step of ``batch`` at ``depth``: the step's fixed part per slot."""
+        full = self.price(method, batch, self._nodes(depth), depth)
+        less = self.price(method, batch - 1, self._nodes(depth), depth) if batch > 1 else 0.0
+        return max(full / batch - (full - less), 0.0)
+
     # -- the choice --------------------------------------------------------------------------
     def _nodes(self, depth: int) -> int:
         return tree_size(self.branching, depth)
 
-    def _best_for_depth(self, costs, method, ests, caps, M, per_token=0.0) -> tuple[float, list[int]]:
+    def _best_for_depth(self, costs, method, ests, caps, M, per_token=0.0, turnover=0.0) -> tuple[float, list[int]]:
         """Best rate with batch depth M (request i drafts at most min(M, cap_i)) and the depths achieving it;
-        ``per_token``: the catch-up's seconds charged to each token a drafting step yields."""
+        ``per_token``: the catch-up's seconds charged to each token a drafting step yields; ``turnover``:
+        ``v / length``, charged at the empty slot's price per token any step yields."""
         B = len(caps)
-        q = per_token if M else 0.0
+        q = (per_token if M else 0.0) + (turnover * self._slot_loss(method, B, M) if turnover else 0.0)
         if not costs.packed or M == 0:
             tokens = B + math.fsum(e.cum[min(M, c)] for e, c in zip(ests, caps))
             return tokens / self.price(method, B, self._nodes(M), M, q * tokens), [min(M, c) for c in caps]
@@ -591,16 +654,18 @@ class Controller:
 
     def choose(self, request_ids: Sequence, caps: Sequence[int], method: str = "greedy",
                order_keys: Sequence | None = None, backlog: Sequence[int] | None = None,
-               remaining: Sequence[int] | None = None) -> Choice:
+               remaining: Sequence[int] | None = None, lengths: Sequence[int] | None = None) -> Choice:
         """Depths for the batch ``request_ids`` (batch order); ``caps[i]``: the most request i may
         draft this step (its token budget; 0 when its drafter cannot draft); ``method``: the
         step's verification. ``order_keys`` (default the ids) break exact ties between requests in
         packed mode, so the choice does not depend on batch order. ``backlog[i]``: committed tokens
         request i's drafter must feed before it drafts, and ``remaining[i]``: the tokens it may still
-        produce -- given both, a drafting step is charged the catch-up (see the module docstring)."""
+        produce -- given both, a drafting step is charged the catch-up; ``lengths[i]``: request i's whole
+        token budget, given which steps are charged the turnover (see the module docstring)."""
         if len(caps) != len(request_ids):
             raise ValueError(f"caps: expected one per request ({len(request_ids)}), got {len(caps)}")
         per_token, catch = self._catch_up(len(caps), backlog, remaining)
+        turnover = self._turnover(len(caps), lengths)
         live = set(request_ids)
         for rid in [r for r in self.estimates if r not in live]:
             del self.estimates[rid]
@@ -613,7 +678,7 @@ class Controller:
         ids = [request_ids[i] for i in perm]
         caps_p = [caps[i] for i in perm]
         top = max(caps_p, default=0)
-        key = (method, tuple(ids), self._version, self.served.version if self.learns(method) else 0)
+        key = (method, tuple(ids), self._version, self.served.version if self.learns(method) else 0, turnover)
         reused = self._reusable(key, caps_p, per_token)
         if reused:   # nothing the choice depends on has changed
             found = self._last[3]
@@ -621,7 +686,8 @@ class Controller:
         else:
             ests = [self._state(rid, method) for rid in ids]
             costs = self.cfg.costs
-            found = {M: self._best_for_depth(costs, method, ests, caps_p, M, per_token) for M in range(top + 1)}
+            found = {M: self._best_for_depth(costs, method, ests, caps_p, M, per_token, turnover)
+                     for M in range(top + 1)}
         rates = {M: r for M, (r, _) in found.items()}
         margin = 1.0 + self.cfg.draft_margin
         score = {M: r / margin if M else r for M, r in rates.items()}   # drafting must beat nothing by the margin
@@ -645,11 +711,13 @@ class Controller:
         probe = False
         if M == 0 and top > 0:
             self.idle += 1
-            if self.cfg.probe_every and self.idle >= self.cfg.probe_every and self._could_pay(method, caps_p, rates[0]):
+            due = self.cfg.probe_every and self.idle >= self.cfg.probe_every
+            if (due or self.needs_evidence(method)) and self._could_pay(method, caps_p, rates[0]):
                 depths_p, M, probe = [min(1, c) for c in caps_p], 1, True
                 self.probes += 1
         if M > 0:
             self.idle = 0
+        if M > 0 and not probe:
             explore = self._explore_due(method, len(caps_p), M, top)
             if explore is not None:
                 depths_p, M, probe = [min(explore, c) for c in caps_p], explore, True
@@ -671,6 +739,17 @@ class Controller:
             return True
         idle = self.current == 0 and self._last[4] == 0
         return idle and per_token >= last_q and all(c <= d for c, d in zip(caps, last_caps))
+
+    def _turnover(self, batch: int, lengths) -> float:
+        """``v`` times the batch's mean ``1 / length_i``: the expected finished requests per token yielded
+        whose slot the next step leaves empty (0 without ``lengths``)."""
+        if lengths is None:
+            return 0.0
+        if len(lengths) != batch or any(int(n) < 1 for n in lengths):
+            raise ValueError(f"lengths: expected one token budget >= 1 per request ({batch}), got {list(lengths)}")
+        if not self.vacancy:
+            return 0.0
+        return self.vacancy * math.fsum(1.0 / int(n) for n in lengths) / batch
 
     def _catch_up(self, batch: int, backlog, remaining) -> tuple[float, float]:
         """(seconds charged per token a drafting step yields, the one-off) for the batch's backlog."""
@@ -701,6 +780,10 @@ class Controller:
         d = min(ages)[3]
         self._explore_next = 0 if d == 0 else None
         return d
+
+    def needs_evidence(self, method: str) -> bool:
+        """Whether ``method``'s pool has seen fewer than ``evidence`` request-steps draft position 1."""
+        return self.max_depth > 0 and self.pool_n.get(method, [0])[0] < self.cfg.evidence
 
     def _could_pay(self, method: str, caps: Sequence[int], rate0: float) -> bool:
         """Whether some depth would beat drafting nothing if every draft were accepted."""

@@ -101,6 +101,7 @@ class Engine:
         self.step_count = 0
         self.stats = SpecStats()
         self.controller = None
+        self._joined = self._finished = 0   # requests admitted since the last step; finished in it
         if spec.speculation == "adaptive":
             if adaptive is None:
                 raise ValueError("speculation='adaptive' needs adaptive=AdaptiveConfig(costs=...) (the device's step "
@@ -172,6 +173,7 @@ class Engine:
         _, aux = self.target(tokens, positions, self.cache, rows, write_idx, mask, self.drafter.capture_layers)
         for r in new:
             r.cache_len = len(r.tokens) - 1
+        self._joined += len(new)
         self.drafter.admit(new, aux)
         if self.controller is None:   # adaptive: the first step that drafts feeds it, priced as the catch-up
             self.drafter.prefill(new)
@@ -236,6 +238,9 @@ class Engine:
         """Advance every running request by one target step (admitting waiting ones first)."""
         t_start = time.perf_counter()
         self._admit()
+        if self.controller is not None and self._finished:   # how many finished requests' slots stay empty
+            self.controller.observe_turnover(self._finished, self._joined)
+        self._joined = self._finished = 0
         reqs = list(self.running)
         if not reqs:
             return []
@@ -265,7 +270,8 @@ class Engine:
             st.draft_time_s += t1 - t0
             st.verify_time_s += t2 - t1
             st.total_time_s += t3 - t_start
-        if any(r.finished for r in reqs):
+        self._finished = sum(r.finished for r in reqs)
+        if self._finished:
             for r in [r for r in reqs if r.finished]:
                 self.drafter.release(r)
                 self.free_rows.append(r.row)
@@ -290,8 +296,10 @@ class Engine:
             return [self._depth(r, D) for r in reqs], 0.0
         caps = [self._depth(r, self.spec.max_depth) for r in reqs]
         remaining = [min(r.params.max_new_tokens - r.generated, self.max_seq_len - len(r.tokens)) for r in reqs]
+        lengths = [max(min(r.params.max_new_tokens, self.max_seq_len - r.prompt_len), 1) for r in reqs]
         choice = self.controller.choose([r.request_id for r in reqs], caps, method,
-                                        backlog=[self.drafter.backlog(r) for r in reqs], remaining=remaining)
+                                        backlog=[self.drafter.backlog(r) for r in reqs], remaining=remaining,
+                                        lengths=lengths)
         return choice.depths, choice.catch_up
 
     def _verify(self, reqs, prop, logits, method):
