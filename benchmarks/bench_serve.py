@@ -30,7 +30,9 @@ summarization 2.10 against roleplay 1.24, qa 1.29, math 1.54).
 
 ``--json`` prints ``{"rows": [{"concurrency": C, "verify": "greedy"|"sample", "workload":
 "uniform"|"mixed", "tokens_per_s": {"none": x, "static": y, "adaptive": z}}, ...], "detail": [...],
-"meta": {...}}`` (``meta.cost_table_doc``: the cost table measured for the run). With no --bundle it
+"meta": {...}}`` (``meta.cost_table_doc``: the cost table measured for the run; ``detail[i].repeats``:
+each repeat's tokens/s per mode and its paired ratios, adaptive / best of the others and control /
+none, whose spread shows how far one repeat's ratio wanders). With no --bundle it
 serves the demo pair (``trtspec.zoo.demo_paths()``) laid out
 as a bundle with a fixed draft length ``--draft-len`` (default 4). Needs a tritonserver
 (``trtspec triton install-server``).
@@ -149,6 +151,13 @@ def summarize(runs: list[dict], clock: str) -> dict:
             "wall_tokens_per_s": rates["wall"], "cpu_tokens_per_s": rates["cpu"],
             "mean_al": 1.0 + sum(r["accepted"] for r in runs) / drafts if drafts else 1.0,
             "mean_draft_len": sum(r["draft_tokens"] for r in runs) / steps if steps else 0.0}
+
+
+def paired(rates: dict[str, float], others: list[str], mode: str) -> float | None:
+    """``mode``'s tokens/s over the best of ``others`` (itself left out) in one repeat, where the modes
+    served the same load back to back; None when either side is missing."""
+    rest = [rates[m] for m in others if m != mode and m in rates]
+    return rates[mode] / max(rest) if mode in rates and rest and max(rest) > 0 else None
 
 
 def workload_prompts(workload: str, high: list[str], low: list[str]) -> list[str]:
@@ -326,8 +335,13 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
                 others = [s[m]["tokens_per_s"] for m in modes if m != "adaptive"]
                 ratio = s["adaptive"]["tokens_per_s"] / max(others) if "adaptive" in s and others else None
                 floor = s["control"]["tokens_per_s"] / s["none"]["tokens_per_s"] if control else None
+                per = [{m: summarize([runs[c, v, w, m][r]], clock)["tokens_per_s"] for m in served}
+                       for r in range(repeats)]
                 detail.append({"concurrency": c, "verify": v, "workload": w, "adaptive_ratio": ratio,
                                "control_over_none": floor,
+                               "repeats": {"tokens_per_s": per,
+                                           "adaptive_ratio": [paired(x, modes, "adaptive") for x in per],
+                                           "control_over_none": [paired(x, ["none"], "control") for x in per]},
                                **{m: {k: s[m][k] for k in ("p50_s", "mean_al", "mean_draft_len", "requests",
                                                            "wall_tokens_per_s", "cpu_tokens_per_s")}
                                   for m in served}})
@@ -348,6 +362,7 @@ def _print(rows, detail, meta, modes) -> None:
     head = f"{'conc':>4} {'verify':6} {'workload':8} | " + " ".join(f"{m + ' tok/s':>15}" for m in modes)
     head += " | adaptive/best | mean D (AL) " + " ".join(f"{m:>11}" for m in modes)
     head += " | control/none" if meta.get("control") else ""
+    head += " | adaptive/best per repeat"
     click.echo(head)
     misses = []
     for row, d in zip(rows, detail):
@@ -355,8 +370,11 @@ def _print(rows, detail, meta, modes) -> None:
         cells = " ".join(f"{row['tokens_per_s'][m]:15.1f}" for m in modes)
         dl = " ".join(f"{d[m]['mean_draft_len']:5.2f}({d[m]['mean_al']:4.2f})" for m in modes)
         floor = d.get("control_over_none")
+        each = [x for x in d["repeats"]["adaptive_ratio"] if x is not None]
+        spread = f"{min(each):.3f}..{max(each):.3f}" if each else "n/a"
         click.echo(f"{row['concurrency']:>4} {row['verify']:6} {row['workload']:8} | {cells} | "
-                   f"{'n/a' if r is None else f'{r:13.3f}'} | {dl}" + ("" if floor is None else f" | {floor:12.3f}"))
+                   f"{'n/a' if r is None else f'{r:13.3f}'} | {dl}" + ("" if floor is None else f" | {floor:12.3f}")
+                   + f" | {spread}")
         if r is not None and r < ROW_GOAL:
             misses.append(f"c={row['concurrency']} {row['verify']} {row['workload']}: {r:.3f} < {ROW_GOAL}")
     if "adaptive" in modes and len(modes) > 1:
