@@ -685,3 +685,27 @@ def test_short_requests_whose_slots_stay_empty_draft_nothing_where_a_queue_would
     assert single.choose(["a"], [4], lengths=[8]).depth == 1
     with pytest.raises(ValueError, match="lengths"):
         closed.choose(ids, [4] * 4, lengths=[8, 8])
+
+
+def test_a_budget_running_out_serves_the_best_depth_within_it_and_keeps_the_batchs_depth():
+    """Near its end a request may draft 1 at most, where drafting 1 loses: that step drafts nothing,
+    but the batch's depth stays, so the next request drafts at once -- no switch, no dwell."""
+    costs = StepCosts(table({1: {1: 10.0, **{t: 18.0 + 0.1 * (t - 2) for t in range(2, 10)}}}, {1: 1.5}))
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.9,), evidence=0), 4)
+    assert ctl.choose(["a"], [4]).depth == 4 and ctl.current == 4
+    last = ctl.choose(["a"], [1])
+    assert last.depth == 0 and last.rates[1] < last.rates[0] and not last.switched
+    assert ctl.current == 4 and ctl.switches == 0
+    assert ctl.choose(["b"], [4]).depth == 4
+
+
+def test_a_batch_sharing_no_request_with_the_last_choice_lifts_the_dwell():
+    """The dwell holds a depth against the same requests' wandering estimates, not for the next request."""
+    costs = near_tie_table()
+    ctl = Controller(AdaptiveConfig(costs, prior=(0.7,), min_dwell=1000, evidence=0), 8)
+    ctl.seed("a", [0.05] * 8)
+    assert ctl.choose(["a"], [8]).depth == 0
+    ctl.seed("a", [0.95] * 8)                     # the same request: the dwell holds
+    assert ctl.choose(["a"], [8]).depth == 0 and ctl.switches == 0
+    ctl.seed("b", [0.95] * 8)                     # its successor: a fresh choice
+    assert ctl.choose(["b"], [8]).depth > 0 and ctl.switches == 1

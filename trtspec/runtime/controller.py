@@ -25,11 +25,16 @@ With padded verification every request gets ``min(M, cap_i)`` (a shorter chain s
 
 Hysteresis (stated): the batch's depth M changes only when the best M's predicted rate beats the
 current M's, re-evaluated on the same estimates, by more than ``hysteresis`` (default 2%), and at
-least ``min_dwell`` steps (default 4) after the last change unless the batch size changed since: the
-dwell damps estimates that wander, not a new batch (on the demo pair at concurrency 16, a depth
-chosen at B = 1 as a load started was kept by the dwell while the batch grew to 4, drafting 13%
-below drafting nothing). On a stationary stream the EMAs settle and the choice stops moving; a loss
-of at most ``hysteresis`` is the price.
+least ``min_dwell`` steps (default 4) after the last change unless the batch size changed since or
+the batch shares no request with the one M was chosen for: the dwell damps estimates that wander,
+not a new batch (on the demo pair at concurrency 16, a depth chosen at B = 1 as a load started was
+kept by the dwell while the batch grew to 4, drafting 13% below drafting nothing; at concurrency 1
+each request's first steps kept the depth its predecessor's last steps chose). On a stationary
+stream the EMAs settle and the choice stops moving; a loss of at most ``hysteresis`` is the price.
+A step whose requests' budgets allow less than M (requests near their end) serves the best depth
+within them and leaves M as it was: a budget running out is not a reason to change the batch's
+depth (at concurrency 1 on the demo pair, the last step of every request switched M to 0, and the
+dwell then held 0 for the next request's first steps).
 
 Drafting margin (stated): a depth M > 0 is chosen over drafting nothing only when its predicted rate
 beats drafting nothing by more than ``draft_margin`` (default 5%). What a step's price misses falls
@@ -481,6 +486,7 @@ class Controller:
         self.current: int | None = None        # the batch depth M in force
         self.since = 0                         # steps since M last changed
         self.since_batch = 0                   # the batch size when M last changed
+        self._since_ids: frozenset = frozenset()  # the requests in the batch when M last changed
         self.switches = 0
         self.probes = 0
         self.idle = 0                          # consecutive steps that drafted nothing by choice
@@ -696,17 +702,18 @@ class Controller:
             self._last = (key, caps_p, per_token, found, best)
         switched = False
         self.since += 1
+        capped = self.current is not None and top < self.current   # the requests' budgets bound the depth
         if self.current is None:
             self.current, switched = best, True
-        elif best != self.current:
-            cur = min(self.current, top)
-            settled = self.since >= self.cfg.min_dwell or len(caps) != self.since_batch
-            if score[best] > score[cur] * (1.0 + self.cfg.hysteresis) and settled:
+        elif best != self.current and not capped:
+            settled = (self.since >= self.cfg.min_dwell or len(caps) != self.since_batch
+                       or self._since_ids.isdisjoint(ids))
+            if score[best] > score[self.current] * (1.0 + self.cfg.hysteresis) and settled:
                 self.current, switched = best, True
                 self.switches += 1
         if switched:
-            self.since, self.since_batch = 0, len(caps)
-        M = min(self.current, top)
+            self.since, self.since_batch, self._since_ids = 0, len(caps), frozenset(ids)
+        M = best if capped else self.current
         depths_p = found[M][1]
         probe = False
         if M == 0 and top > 0:
