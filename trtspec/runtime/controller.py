@@ -101,9 +101,9 @@ Greedy steps only: a sampled step's depths decide which tokens are drawn, so its
 depends on timing and seeded sampled outputs stay reproducible.
 
 Evidence. While the batch drafts nothing its estimates cannot learn, so a prior more pessimistic
-than the workload keeps speculation off for good (on the demo pair on one CPU core, sampled code
-prompts accept about 0.8 per position where the pair's profile, greedy, says 0.6: drafting nothing
-was chosen at concurrency 1 where a fixed D = 4 served 6% more). So until a verification method's
+than the workload keeps speculation off for good (a prior is measured on one workload and one
+verification method -- the demo pair's, greedy on standard-library functions -- and serves every
+other). So until a verification method's
 pool has seen ``evidence`` request-steps (default 16) draft position 1, a batch that would draft
 nothing drafts one token per request instead (an evidence probe) -- unless the costs say that no
 depth could pay even if every draft were accepted (``B (M + 1) / cost(M) <= B / cost(0)`` for every
