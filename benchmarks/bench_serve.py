@@ -154,8 +154,8 @@ def summarize(runs: list[dict], clock: str) -> dict:
 
 
 def paired(rates: dict[str, float], others: list[str], mode: str) -> float | None:
-    """``mode``'s tokens/s over the best of ``others`` (itself left out) in one repeat, where the modes
-    served the same load back to back; None when either side is missing."""
+    """``mode``'s tokens/s over the best of ``others`` (itself left out): over a row's loads, or in one
+    repeat, where the modes served the same load back to back; None when either side is missing."""
     rest = [rates[m] for m in others if m != mode and m in rates]
     return rates[mode] / max(rest) if mode in rates and rest and max(rest) > 0 else None
 
@@ -332,9 +332,8 @@ def main(bundle, draft_len, modes, concurrency, verifies, workloads, high, low, 
                 s = {m: summarize(runs[c, v, w, m], clock) for m in served}
                 rows.append({"concurrency": c, "verify": v, "workload": w,
                              "tokens_per_s": {m: s[m]["tokens_per_s"] for m in modes}})
-                others = [s[m]["tokens_per_s"] for m in modes if m != "adaptive"]
-                ratio = s["adaptive"]["tokens_per_s"] / max(others) if "adaptive" in s and others else None
-                floor = s["control"]["tokens_per_s"] / s["none"]["tokens_per_s"] if control else None
+                pooled = {m: s[m]["tokens_per_s"] for m in served}
+                ratio, floor = paired(pooled, modes, "adaptive"), paired(pooled, ["none"], "control")
                 per = [{m: summarize([runs[c, v, w, m][r]], clock)["tokens_per_s"] for m in served}
                        for r in range(repeats)]
                 detail.append({"concurrency": c, "verify": v, "workload": w, "adaptive_ratio": ratio,
