@@ -409,6 +409,12 @@ def prior_from_profile(doc: Mapping[str, Any]) -> tuple[float, ...]:
     return tuple(float(a) for a in rates)
 
 
+def _mean_then_ema(ema: float, n: int, total: float) -> float:
+    """Weight of ``n`` new observations in an estimate that is a running mean over ``total`` observations
+    (its seed's weight included) until the EMA's weight for ``n`` observations, ``1 - (1 - ema)^n``, is larger."""
+    return max(1.0 - (1.0 - ema) ** n, n / total)
+
+
 def _logit(p: float) -> float:
     p = min(max(p, 0.01), 0.99)
     return math.log(p / (1.0 - p))
@@ -561,7 +567,7 @@ class Controller:
         for k, n in enumerate(reached):   # integer counts: the same whatever the batch order
             if n:
                 counts[k] += n   # a running mean with the prior as prior_weight request-steps, then the EMA
-                w = max(1.0 - (1.0 - self.cfg.pool) ** n, n / (counts[k] + self.cfg.prior_weight))
+                w = _mean_then_ema(self.cfg.pool, n, counts[k] + self.cfg.prior_weight)
                 pool[k] += w * (hits[k] / n - pool[k])
                 seen[k] = True
         self._pool_level(pool, seen)
@@ -614,7 +620,7 @@ class Controller:
             return
         value, seen = self._vacancy
         seen += finished
-        w = max(1.0 - 0.9 ** finished, finished / seen)
+        w = _mean_then_ema(0.1, finished, seen)
         value += w * (max(finished - joined, 0) / finished - value)
         self._vacancy = [value, seen]
         if abs(value - self.vacancy) > 0.05:
